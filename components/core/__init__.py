@@ -1,0 +1,1 @@
+"""Shared platform mechanisms: registry, parameter checks, links, claims, cache, tracking."""

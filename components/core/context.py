@@ -1,0 +1,37 @@
+"""What a running variant gets besides its params: identity, seed, prepared inputs, progress."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass
+class RunContext:
+    """Handed to every technique function and prepare step.
+
+    ``nodes`` are Ray actors standing for machines, shared by the experiment's variants (see
+    components.core.raytools.NodeActor); techniques host their per-node objects there.
+    ``progress(step, total, **live)`` reports progress (rate-limited) to the driver's live table;
+    it is a no-op when nothing listens, so techniques can be called directly in tests.
+    """
+
+    experiment: str = "adhoc"
+    variant: str = "adhoc"
+    seed: int = 0
+    inputs: dict[str, Any] = field(default_factory=dict)
+    workdir: Path = field(default_factory=lambda: Path("runs") / "scratch")
+    nodes: list[Any] | None = None  # the experiment's NodeActor pool (resources.nodes), if any
+    reporter: Callable[[str, int, int, dict], None] | None = None
+    min_interval_s: float = 0.25
+    _last: float = 0.0
+
+    def progress(self, step: int, total: int, **live: float) -> None:
+        if self.reporter is None:
+            return
+        now = time.monotonic()
+        if step < total and now - self._last < self.min_interval_s:
+            return
+        self._last = now
+        self.reporter(self.variant, int(step), int(total), {k: float(v) for k, v in live.items()})

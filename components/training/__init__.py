@@ -1,0 +1,1 @@
+"""Training techniques: error feedback, (later) data-parallel codecs, fault tolerance."""

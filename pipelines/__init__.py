@@ -1,0 +1,1 @@
+"""The shared experiment DAG (prepare -> execute -> evaluate -> report) and the `dtlab` CLI."""

@@ -1,0 +1,142 @@
+"""`dtlab`: run, list, compare and look at experiments.
+
+    dtlab run experiment=error_feedback            one experiment through the DAG
+    dtlab run experiment=error_feedback debug=true the tiny flavour
+    dtlab run -m experiment=error_feedback experiment.seed=0,1,2   a Hydra multirun
+    dtlab list                                     experiments and techniques, with their files
+    dtlab compare [EXPERIMENT ...]                 latest runs side by side (+ HTML report)
+    dtlab ui                                       MLflow UI on 127.0.0.1
+
+Bad configuration is reported in one line (key, value, what is allowed) with exit code 2,
+before Ray starts.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE = __doc__
+
+
+def _die(msg: str, code: int = 2) -> None:
+    print(f"dtlab: error: {msg}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def preflight(overrides: list[str], multirun: bool) -> dict:
+    """Compose and validate every job the command would run. Returns the first job's config."""
+    from components.core.errors import ConfigError
+    from pipelines import config, dag
+
+    jobs = config.expand_sweep(overrides) if multirun else [overrides]
+    first = None
+    try:
+        for job in jobs:
+            cfg = config.compose(job)
+            dag.validate(cfg)
+            first = first or cfg
+    except ConfigError as e:
+        _die(str(e))
+    return first or {}
+
+
+def cmd_run(args: list[str]) -> None:
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    overrides = [a for a in args if not a.startswith("-")]
+    hydra_flags = [a for a in args if a.startswith("-")]
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE)
+        return
+    preflight(overrides, multirun)
+    from pipelines import hydra_app
+
+    sys.argv = ["dtlab"] + hydra_flags + overrides
+    hydra_app.main()
+    if hydra_app.FAILED_JOBS:
+        _die("failed jobs: " + "; ".join(hydra_app.FAILED_JOBS), code=1)
+
+
+def cmd_list(args: list[str]) -> None:
+    from omegaconf import OmegaConf
+    from rich.console import Console
+    from rich.table import Table
+
+    from components.core.registry import PREPARE_STEPS, TECHNIQUES, discover
+    from pipelines.config import CONF_DIR, ROOT
+
+    discover()
+    console = Console()
+    t = Table(title="experiments (dtlab run experiment=NAME)")
+    for c in ("experiment", "family", "summary", "variants", "config"):
+        t.add_column(c, overflow="fold")
+    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+        exp = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        variants = exp.get("variants") or {}
+        t.add_row(path.stem, str(exp.get("family", "")), str(exp.get("summary", "")), ", ".join(variants),
+                  str(path.relative_to(ROOT)))
+    console.print(t)
+    t = Table(title="techniques and baselines")
+    for c in ("technique", "family", "summary", "file"):
+        t.add_column(c, overflow="fold")
+    for name, tech in sorted(TECHNIQUES.items(), key=lambda kv: (kv[1].family, kv[0])):
+        t.add_row(name, tech.family, tech.summary, tech.file)
+    console.print(t)
+    if PREPARE_STEPS:
+        t = Table(title="prepare steps (cached by content)")
+        for c in ("step", "summary", "file"):
+            t.add_column(c, overflow="fold")
+        for name, st in sorted(PREPARE_STEPS.items()):
+            t.add_row(name, st.summary, st.file)
+        console.print(t)
+
+
+def _tracking_uri(args: list[str]) -> tuple[str, list[str]]:
+    from pipelines import config
+
+    overrides = [a for a in args if "=" in a]
+    rest = [a for a in args if "=" not in a]
+    try:
+        cfg = config.compose(overrides)
+    except Exception as e:  # noqa: BLE001
+        _die(str(e))
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg["tracking"]["uri"]
+    return uri, rest, cfg
+
+
+def cmd_compare(args: list[str]) -> None:
+    from rich.console import Console
+
+    from pipelines.compare import compare
+
+    uri, names, cfg = _tracking_uri(args)
+    path = compare(uri, names, out_dir=os.path.join(cfg["runs_dir"], "reports"), console=Console())
+    if path:
+        print(f"HTML report: {path}")
+
+
+def cmd_ui(args: list[str]) -> None:
+    uri, rest, cfg = _tracking_uri(args)
+    port = rest[0] if rest else "5000"
+    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
+    print(" ".join(cmd))
+    bindir = os.path.dirname(sys.executable)
+    exe = os.path.join(bindir, "mlflow")
+    os.execv(exe if os.path.exists(exe) else cmd[0], cmd)
+
+
+COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        _die(f"unknown command {cmd!r}; commands: {', '.join(COMMANDS)}")
+    COMMANDS[cmd](rest)
+
+
+if __name__ == "__main__":
+    main()
