@@ -1,0 +1,57 @@
+"""Shared fixtures: one Ray session and one MLflow store for the whole test run.
+
+``run_experiment(name, *overrides)`` runs an experiment's debug flavour through the real DAG
+(prepare -> execute -> evaluate -> report) and returns the RunOutcome.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+
+
+@pytest.fixture(scope="session")
+def runs_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="session")
+def tracking_uri(runs_dir):
+    uri = f"sqlite:///{runs_dir}/mlflow.db"
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    yield uri
+    if old is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = old
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+
+
+@pytest.fixture
+def run_experiment(ray_session, tracking_uri, runs_dir):
+    from pipelines import config, dag
+
+    def _run(name: str, *overrides: str, debug: bool = True):
+        cfg = config.compose([f"experiment={name}", f"debug={str(debug).lower()}", f"runs_dir={runs_dir}", *overrides])
+        return dag.run(cfg, console=None)
+
+    return _run
+
+
+@pytest.fixture
+def mlflow_client(tracking_uri):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
