@@ -45,6 +45,10 @@ def compose(overrides: list[str]) -> dict[str, Any]:
             return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     except (HydraException, OmegaConfBaseException) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if msg.startswith("Could not override"):
+            msg += " The key is not in the config: add it with ++KEY=VALUE (or +KEY=VALUE)."
+        elif msg.startswith("Ambiguous value"):
+            msg += " Commas sweep values: use -m for a multirun, or [a,b] for a list."
         key = overrides[0] if overrides else "config"
         for ov in overrides:
             if ov.split("=")[0].lstrip("+~") in msg:

@@ -39,7 +39,7 @@ def ray_session():
     yield ray
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_experiment(ray_session, tracking_uri, runs_dir):
     from pipelines import config, dag
 
@@ -50,7 +50,7 @@ def run_experiment(ray_session, tracking_uri, runs_dir):
     return _run
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def mlflow_client(tracking_uri):
     from mlflow.tracking import MlflowClient
 

@@ -1,0 +1,125 @@
+"""`dtlab compare`: the latest run of each experiment side by side, from the MLflow store.
+
+Prints each experiment's comparison table and scoreboard, and writes one self-contained HTML
+report (tables plus the parent runs' PNG plots inlined) under runs/reports/.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from components.core.claims import ClaimOutcome
+from pipelines.dag import PARENT_TAG
+from pipelines.live import claims_table, comparison_table
+
+
+def latest_parents(client, names: list[str] | None) -> list[tuple[Any, Any]]:
+    """(experiment, latest parent run) for each named experiment, or for all of them."""
+    exps = client.search_experiments()
+    if names:
+        known = {e.name: e for e in exps}
+        missing = [n for n in names if n not in known]
+        if missing:
+            raise SystemExit(f"dtlab: error: no runs of experiment(s) {', '.join(missing)}; "
+                             f"tracked: {', '.join(sorted(known)) or 'none'}")
+        exps = [known[n] for n in names]
+    out = []
+    for e in sorted(exps, key=lambda e: e.name):
+        runs = client.search_runs([e.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = 'parent'",
+                                  order_by=["attributes.start_time DESC"], max_results=1)
+        if runs:
+            out.append((e, runs[0]))
+    return out
+
+
+def _read_artifact(client, run_id: str, path: str) -> bytes | None:
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            local = client.download_artifacts(run_id, path, d)
+            return Path(local).read_bytes()
+    except Exception:
+        return None
+
+
+def _pngs(client, run_id: str) -> list[tuple[str, bytes]]:
+    try:
+        items = client.list_artifacts(run_id, "plots")
+    except Exception:
+        return []
+    out = []
+    for it in items:
+        if it.path.endswith(".png"):
+            data = _read_artifact(client, run_id, it.path)
+            if data:
+                out.append((it.path, data))
+    return out
+
+
+def compare(uri: str, names: list[str] | None, out_dir: str, console: Console | None = None) -> str | None:
+    from mlflow.tracking import MlflowClient
+
+    console = console or Console()
+    client = MlflowClient(tracking_uri=uri)
+    parents = latest_parents(client, names or None)
+    if not parents:
+        console.print(f"no dtlab runs in {uri}; run `dtlab run experiment=NAME` first")
+        return None
+    sections = []
+    for exp, run in parents:
+        rows = json.loads(_read_artifact(client, run.info.run_id, "comparison.json") or b"[]")
+        claims_raw = json.loads(_read_artifact(client, run.info.run_id, "claims.json") or b"[]")
+        claims = [ClaimOutcome(**c) for c in claims_raw]
+        status = run.info.status
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.info.start_time / 1000))
+        title = f"{exp.name} · {run.info.run_name} · {status} · {when}"
+        console.print(comparison_table(rows, title))
+        if claims:
+            held = sum(c.holds for c in claims if c.gate)
+            console.print(claims_table(claims, f"{exp.name}: {held}/{sum(c.gate for c in claims)} claims hold"))
+        sections.append((exp.name, title, rows, claims, _pngs(client, run.info.run_id)))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.html"
+    path.write_text(_html(sections, uri))
+    return str(path)
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return html.escape(str(v))
+
+
+def _html(sections, uri: str) -> str:
+    parts = ["<!doctype html><meta charset='utf-8'><title>dtlab comparison</title>",
+             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}"
+             ".ok{color:#080}.bad{color:#b00}img{max-width:640px;margin:6px;border:1px solid #eee}</style>",
+             f"<h1>dtlab comparison</h1><p>Tracking store: <code>{html.escape(uri)}</code></p>"]
+    for name, title, rows, claims, pngs in sections:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if claims:
+            parts.append("<table><tr><th>claim</th><th>paper</th><th>measured</th><th>holds</th></tr>")
+            for c in claims:
+                mark = ("<span class=ok>holds</span>" if c.holds else "<span class=bad>fails</span>") + ("" if c.gate else " (control)")
+                parts.append(f"<tr><td>{_cell(c.name)}</td><td>{_cell(c.paper)}</td><td>{_cell(c.measured)}</td><td>{mark}</td></tr>")
+            parts.append("</table>")
+        if rows:
+            cols = list(dict.fromkeys(k for r in rows for k in r))
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>")
+            for r in rows:
+                parts.append("<tr>" + "".join(f"<td>{_cell(r.get(c))}</td>" for c in cols) + "</tr>")
+            parts.append("</table>")
+        for pname, data in pngs:
+            parts.append(f"<figure><img alt='{html.escape(pname)}' src='data:image/png;base64,{base64.b64encode(data).decode()}'>"
+                         f"<figcaption>{html.escape(pname)}</figcaption></figure>")
+    return "\n".join(parts)

@@ -1,0 +1,40 @@
+"""Every experiment config composes and validates, in full and in its debug flavour."""
+import pytest
+
+from pipelines import config, dag
+
+
+@pytest.mark.parametrize("name", config.experiment_names())
+@pytest.mark.parametrize("debug", [False, True])
+def test_experiment_composes_and_validates(name, debug, tmp_path):
+    cfg = config.compose([f"experiment={name}", f"debug={str(debug).lower()}", f"runs_dir={tmp_path}"])
+    spec = dag.validate(cfg)
+    assert spec.name == name
+    assert spec.variants, "an experiment needs variants"
+    assert cfg["experiment"].get("debug"), f"{name} needs a debug flavour"
+    roles = {v.role for v in spec.variants}
+    if name != "platform_probe":
+        assert "baseline" in roles and "technique" in roles, f"{name}: a technique against at least one baseline"
+        assert spec.claims, f"{name} states no claims"
+
+
+def test_cluster_and_tracking_groups_compose(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    cfg = config.compose(["cluster=remote", "tracking=server", f"runs_dir={tmp_path}"])
+    assert cfg["cluster"]["address"] == "127.0.0.1:6379"
+    assert cfg["tracking"]["uri"].startswith("http://127.0.0.1")
+
+
+def test_tracking_env_wins(monkeypatch, tmp_path):
+    from components.core.tracker import resolve_tracking_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/x.db")
+    cfg = config.compose([f"runs_dir={tmp_path}"])
+    assert resolve_tracking_uri(cfg["tracking"]["uri"]) == f"sqlite:///{tmp_path}/x.db"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert resolve_tracking_uri(cfg["tracking"]["uri"]) == f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def test_sweep_expansion():
+    jobs = config.expand_sweep(["experiment=error_feedback", "experiment.seed=0,1,2", "debug=true"])
+    assert len(jobs) == 3 and all("debug=true" in j for j in jobs)
