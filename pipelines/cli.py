@@ -37,23 +37,45 @@ def preflight(overrides: list[str], multirun: bool) -> dict:
             first = first or cfg
     except ConfigError as e:
         _die(str(e))
+    if first:
+        from components.core.tracker import Tracker, resolve_tracking_uri
+
+        try:
+            Tracker(resolve_tracking_uri(first["tracking"]["uri"])).check_reachable()
+        except ConnectionError as e:
+            _die(str(e), code=1)
     return first or {}
 
 
+_VALUE_FLAGS = {"-c", "--cfg", "-p", "--package", "-cn", "--config-name", "-cp", "--config-path", "-cd",
+                "--config-dir", "--experimental-rerun", "--info"}
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """Separate Hydra's flags (with their values) from config overrides."""
+    flags, overrides, i = [], [], 0
+    while i < len(args):
+        a = args[i]
+        if a in _VALUE_FLAGS and i + 1 < len(args) and "=" not in args[i + 1]:
+            flags += [a, args[i + 1]]
+            i += 2
+            continue
+        (flags if a.startswith("-") else overrides).append(a)
+        i += 1
+    return flags, overrides
+
+
 def cmd_run(args: list[str]) -> None:
-    multirun = any(a in ("-m", "--multirun") for a in args)
-    overrides = [a for a in args if not a.startswith("-")]
-    hydra_flags = [a for a in args if a.startswith("-")]
     if any(a in ("-h", "--help") for a in args):
         print(USAGE)
         return
+    hydra_flags, overrides = split_args(args)
+    multirun = any(a in ("-m", "--multirun") for a in hydra_flags)
     preflight(overrides, multirun)
     from pipelines import hydra_app
 
     sys.argv = ["dtlab"] + hydra_flags + overrides
     hydra_app.main()
-    if hydra_app.FAILED_JOBS:
-        _die("failed jobs: " + "; ".join(hydra_app.FAILED_JOBS), code=1)
 
 
 def cmd_list(args: list[str]) -> None:

@@ -63,6 +63,9 @@ def _pngs(client, run_id: str) -> list[tuple[str, bytes]]:
 
 
 def compare(uri: str, names: list[str] | None, out_dir: str, console: Console | None = None) -> str | None:
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow.tracking import MlflowClient
 
     console = console or Console()
@@ -81,8 +84,8 @@ def compare(uri: str, names: list[str] | None, out_dir: str, console: Console | 
         title = f"{exp.name} · {run.info.run_name} · {status} · {when}"
         console.print(comparison_table(rows, title))
         if claims:
-            held = sum(c.holds for c in claims if c.gate)
-            console.print(claims_table(claims, f"{exp.name}: {held}/{sum(c.gate for c in claims)} claims hold"))
+            judged = [c for c in claims if c.gate and not c.skipped]
+            console.print(claims_table(claims, f"{exp.name}: {sum(c.holds for c in judged)}/{len(judged)} claims hold"))
         sections.append((exp.name, title, rows, claims, _pngs(client, run.info.run_id)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +113,8 @@ def _html(sections, uri: str) -> str:
         if claims:
             parts.append("<table><tr><th>claim</th><th>paper</th><th>measured</th><th>holds</th></tr>")
             for c in claims:
-                mark = ("<span class=ok>holds</span>" if c.holds else "<span class=bad>fails</span>") + ("" if c.gate else " (control)")
+                mark = ("not run" if c.skipped else ("<span class=ok>holds</span>" if c.holds else "<span class=bad>fails</span>")
+                        + ("" if c.gate else " (control)"))
                 parts.append(f"<tr><td>{_cell(c.name)}</td><td>{_cell(c.paper)}</td><td>{_cell(c.measured)}</td><td>{mark}</td></tr>")
             parts.append("</table>")
         if rows:

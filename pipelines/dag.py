@@ -70,7 +70,11 @@ class RunOutcome:
 
     @property
     def claims_held(self) -> int:
-        return sum(c.holds for c in self.claims if c.gate)
+        return sum(c.holds for c in self.claims if c.gate and not c.skipped)
+
+    @property
+    def claims_judged(self) -> int:
+        return sum(1 for c in self.claims if c.gate and not c.skipped)
 
 
 class _TimedTracker:
@@ -171,8 +175,9 @@ def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, conso
     return inputs, status, compute_s
 
 
-def _log_child(tracker, o: VariantOutcome, v, workdir: Path) -> None:
-    """Everything a child run carries: metrics, series, tables, summary, plots."""
+def _log_child(tracker, o: VariantOutcome, v, max_points: int | None) -> None:
+    """Everything a child run carries: metrics, series (thinned; full ones in series.json), tables,
+    summary, plots."""
     from pipelines import plots
 
     res = o.result
@@ -180,9 +185,13 @@ def _log_child(tracker, o: VariantOutcome, v, workdir: Path) -> None:
     metrics = res.clean_metrics()
     metrics["wall_s"] = o.wall_s
     tracker.log_metrics(o.run_id, metrics)
+    full = {}
     for name in res.series:
         xs, ys = res.series_xy(name)
-        tracker.log_series(o.run_id, name, xs, ys)
+        tracker.log_series(o.run_id, name, xs, ys, max_points=max_points)
+        full[name] = {"step": xs, "value": ys}
+    if full:
+        tracker.log_json(o.run_id, full, "series.json")
     for name, rows in res.tables.items():
         tracker.log_json(o.run_id, rows, f"tables/{name}.json")
     for name, data in res.files.items():
@@ -213,7 +222,8 @@ def _log_child(tracker, o: VariantOutcome, v, workdir: Path) -> None:
 
 
 def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id: str, runs_dir: Path,
-            console, open_runs: set[str]) -> dict[str, VariantOutcome]:
+            console, open_runs: set[str], max_points: int | None = None,
+            keep_board_s: float = 0.0) -> dict[str, VariantOutcome]:
     """Dispatch every variant as a Ray task; log each child run as its result arrives."""
     import ray
     from ray.exceptions import RayError
@@ -222,7 +232,7 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
 
     from components.core.raytools import start_nodes
 
-    board = ray.remote(num_cpus=0)(_Board).remote()
+    board = ray.remote(num_cpus=0)(_Board).remote(spec.name)
     nodes = start_nodes(spec.nodes, spec.node_cpus, f"{spec.name}-node") if spec.nodes else None
     inputs_ref = ray.put(inputs)
     outcomes: dict[str, VariantOutcome] = {}
@@ -254,7 +264,7 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
                 try:
                     res, t0, t1 = ray.get(ref)
                     o.result, o.started, o.ended, o.status = res, t0, t1, "FINISHED"
-                    _log_child(tracker, o, v, runs_dir)
+                    _log_child(tracker, o, v, max_points)
                     tracker.end(o.run_id, "FINISHED")
                 except (RayError, Exception) as e:  # a crash inside the variant, or while logging it
                     o.ended = time.time()
@@ -262,10 +272,13 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
                     o.error = _error_text(e)
                     tracker.end(o.run_id, "FAILED", error=o.error)
                 open_runs.discard(o.run_id)
+                board.finished.remote(o.name, o.status, o.wall_s)
             try:
                 live.update(ray.get(board.snapshot.remote(), timeout=5))
             except Exception:
                 live.update({})
+    if keep_board_s:
+        time.sleep(keep_board_s)  # let Prometheus scrape the final values before the actor goes
     ray.kill(board)
     for node in nodes or []:
         ray.kill(node)
@@ -273,13 +286,37 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
 
 
 class _Board:
-    """Progress board actor (variants push, the driver polls)."""
+    """Progress board actor: variants push progress, the driver polls it for the live table.
 
-    def __init__(self):
+    It also exports the live figures as Ray application metrics (Prometheus names get Ray's
+    ``ray_`` prefix): dtlab_variant_step, dtlab_variant_progress, dtlab_live_metric{metric=...},
+    dtlab_variants_total{status=...}, dtlab_variant_wall_seconds. dashboards/ plots these.
+    """
+
+    def __init__(self, experiment: str):
+        from ray.util import metrics
+
+        self.experiment = experiment
         self.state: dict[str, dict] = {}
+        keys = ("experiment", "variant")
+        self.m_step = metrics.Gauge("dtlab_variant_step", "Steps a variant has completed", keys)
+        self.m_progress = metrics.Gauge("dtlab_variant_progress", "Share of a variant's steps done (0..1)", keys)
+        self.m_live = metrics.Gauge("dtlab_live_metric", "A technique's live figure (loss, bytes, sim time...)",
+                                    keys + ("metric",))
+        self.m_done = metrics.Counter("dtlab_variants_total", "Variants finished, by status", ("experiment", "status"))
+        self.m_wall = metrics.Gauge("dtlab_variant_wall_seconds", "Wall time of a finished variant", keys)
 
     def update(self, variant: str, step: int, total: int, live: dict) -> None:
         self.state[variant] = {"step": step, "total": total, "live": live}
+        tags = {"experiment": self.experiment, "variant": variant}
+        self.m_step.set(step, tags)
+        self.m_progress.set(step / total if total else 0.0, tags)
+        for k, v in live.items():
+            self.m_live.set(float(v), {**tags, "metric": k})
+
+    def finished(self, variant: str, status: str, wall_s: float) -> None:
+        self.m_done.inc(1.0, {"experiment": self.experiment, "status": status})
+        self.m_wall.set(wall_s, {"experiment": self.experiment, "variant": variant})
 
     def snapshot(self) -> dict:
         return self.state
@@ -287,8 +324,17 @@ class _Board:
 
 def evaluate(spec: ExperimentSpec, outcomes: dict[str, VariantOutcome]) -> tuple[list[ClaimOutcome], list[dict]]:
     """Claims over final metrics, and the comparison table with ratios to the baseline."""
+    from components.core.claims import referenced_variants
+
     metrics = {n: o.result.clean_metrics() for n, o in outcomes.items() if o.result is not None}
-    claims = [check(c, metrics) for c in spec.claims]
+    claims = []
+    for c in spec.claims:
+        absent = sorted((referenced_variants(c.holds) | (referenced_variants(c.measured) if c.measured else set()))
+                        - set(outcomes))
+        if absent:  # excluded by only=...: a claim about variants that did not run is not judged
+            claims.append(ClaimOutcome(c.name, c.paper, "n/a", False, c.gate, f"not run: {', '.join(absent)}", skipped=True))
+        else:
+            claims.append(check(c, metrics))
     table_metrics = list(spec.report.get("table") or [])
     if not table_metrics:
         seen: list[str] = []
@@ -314,8 +360,8 @@ def report(spec: ExperimentSpec, outcomes, claims, rows, tracker, parent_id: str
     """Parent-run artifacts: comparison, plots, claim metrics, summary.json."""
     from pipelines import plots
 
-    tracker.log_metrics(parent_id, {f"claim.{c.name}": float(c.holds) for c in claims})
-    gated = [c for c in claims if c.gate]
+    tracker.log_metrics(parent_id, {f"claim.{c.name}": float(c.holds) for c in claims if not c.skipped})
+    gated = [c for c in claims if c.gate and not c.skipped]
     tracker.log_metrics(parent_id, {"claims_held": sum(c.holds for c in gated), "claims_total": len(gated)})
     tracker.log_json(parent_id, rows, "comparison.json")
     tracker.log_text(parent_id, _markdown_table(rows), "comparison.md")
@@ -390,7 +436,9 @@ def run(cfg: dict, console=None) -> RunOutcome:
     parent_id = tracker.start_run(exp_id, run_name, tags={
         PARENT_TAG: "parent", "experiment": spec.name, "family": spec.family, "debug": str(bool(cfg.get("debug"))),
         "host": socket.gethostname(), "ray.dashboard": ray_info.get("dashboard_url") or "",
-        "hydra.job": str(cfg.get("_job", "")), "report.baseline": spec.report.get("baseline") or ""})
+        "hydra.job": str(cfg.get("_job", "")), "report.baseline": spec.report.get("baseline") or "",
+        **({"mlflow.parentRunId": cfg["sweep_run_id"], "dtlab.sweep_run_id": cfg["sweep_run_id"],
+            "optuna.trial": str(cfg.get("sweep_trial"))} if cfg.get("sweep_run_id") else {})})
     open_runs = {parent_id}
     timings: dict[str, float] = {"ray_init_s": ray_info["ray_init_s"]}
     try:
@@ -401,7 +449,9 @@ def run(cfg: dict, console=None) -> RunOutcome:
         inputs, cache_status, prep_compute = prepare(spec, runs_dir, tracker, parent_id, console)
         timings["prepare_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        outcomes = execute(spec, inputs, tracker, exp_id, parent_id, runs_dir, console, open_runs)
+        outcomes = execute(spec, inputs, tracker, exp_id, parent_id, runs_dir, console, open_runs,
+                           max_points=cfg["tracking"].get("max_series_points"),
+                           keep_board_s=float(cfg["cluster"].get("metrics_linger_s") or 0.0))
         timings["execute_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         claims, rows = evaluate(spec, outcomes)
@@ -435,6 +485,20 @@ def run(cfg: dict, console=None) -> RunOutcome:
             except Exception:
                 pass
         raise
+
+
+def objective(outcome: RunOutcome, expr: str | None) -> float:
+    """The value a sweeper optimises: ``expr`` over final metrics (NaN if it cannot be computed),
+    or the number of gated claims that hold."""
+    if not expr:
+        return float(outcome.claims_held)
+    from components.core.claims import MissingMetric, evaluate
+
+    metrics = {n: o.result.clean_metrics() for n, o in outcome.variants.items() if o.result is not None}
+    try:
+        return float(evaluate(str(expr), metrics, "objective"))
+    except (MissingMetric, ValueError, ZeroDivisionError, TypeError):
+        return math.nan
 
 
 def _busy_union(intervals: list[tuple[float, float]]) -> float:

@@ -7,12 +7,13 @@ from omegaconf import DictConfig, OmegaConf
 from pipelines.config import CONF_DIR  # also registers the dtlab_root resolver
 
 
-FAILED_JOBS: list[str] = []
-
-
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> float:
-    """Run one job; returns the number of claims that hold (a sweeper can maximise it)."""
+    """Run one job; returns the sweep objective (``objective`` expression, else claims held).
+
+    A job whose variants failed raises in a multirun (the launcher records it FAILED, a sweeper
+    marks the trial failed) and exits 1 in a single run.
+    """
     from hydra.core.hydra_config import HydraConfig
     from rich.console import Console
 
@@ -23,10 +24,10 @@ def main(cfg: DictConfig) -> float:
     plain["_job"] = HydraConfig.get().job.num if multirun else ""
     outcome = dag.run(plain, console=Console())
     if outcome.failed:
-        FAILED_JOBS.append(f"{plain['_job']}:{','.join(outcome.failed)}")
-        if not multirun:  # a multirun goes on with its other jobs; the CLI exits 1 at the end
+        if not multirun:
             raise SystemExit(1)
-    return float(outcome.claims_held)
+        raise RuntimeError(f"job {plain['_job']}: variants failed: {', '.join(outcome.failed)}")
+    return dag.objective(outcome, plain.get("objective"))
 
 
 if __name__ == "__main__":

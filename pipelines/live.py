@@ -82,21 +82,26 @@ def comparison_table(rows: list[dict], title: str, max_metrics: int = 6) -> Tabl
 
 
 def claims_table(claims, title: str = "claims") -> Table:
-    t = Table(title=title)
-    for col in ("claim", "paper", "measured", "holds"):
-        t.add_column(col)
+    """The scoreboard: claim, holds or not, our measured figure, the paper's figure."""
+    t = Table(title=title, show_lines=True)
+    t.add_column("claim", no_wrap=True)
+    t.add_column("holds", no_wrap=True)
+    t.add_column("measured", ratio=1)
+    t.add_column("paper", ratio=2)
     for c in claims:
         mark = "[green]✓ holds[/]" if c.holds else "[red]✗ fails[/]"
-        if not c.gate:
-            mark = "[dim](control) [/]" + ("holds" if c.holds else "does not hold")
-        t.add_row(c.name, c.paper, c.measured + (f" [dim]({c.error})[/]" if c.error else ""), mark)
+        if getattr(c, "skipped", False):
+            mark = "[dim]not run[/]"
+        elif not c.gate:
+            mark = "[dim]control:[/] " + ("yes" if c.holds else "no")
+        t.add_row(c.name, mark, c.measured + (f" [dim]({c.error})[/]" if c.error else ""), c.paper)
     return t
 
 
 def print_scoreboard(console: Console, outcome, spec) -> None:
     console.print(comparison_table(outcome.comparison, f"{outcome.experiment}: comparison"))
     console.print(claims_table(outcome.claims, f"{outcome.experiment}: scoreboard "
-                                               f"({outcome.claims_held}/{sum(c.gate for c in outcome.claims)} claims hold)"))
+                                               f"({outcome.claims_held}/{outcome.claims_judged} claims hold)"))
     for n in outcome.failed:
         console.print(f"[red]variant {n} failed:[/] {outcome.variants[n].error.splitlines()[0]}")
     t = outcome.timings

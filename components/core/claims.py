@@ -113,6 +113,7 @@ class ClaimOutcome:
     holds: bool
     gate: bool
     error: str = ""
+    skipped: bool = False   # its variants were not run (only=...): neither holds nor fails
 
 
 def _fmt(v: Any) -> str:

@@ -28,6 +28,8 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
             kwargs["dashboard_host"] = cluster.get("dashboard_host", "127.0.0.1")
             if cluster.get("dashboard_port"):
                 kwargs["dashboard_port"] = int(cluster["dashboard_port"])
+            if cluster.get("metrics_export_port"):
+                kwargs["_metrics_export_port"] = int(cluster["metrics_export_port"])
             if cluster.get("object_store_memory"):
                 kwargs["object_store_memory"] = int(cluster["object_store_memory"])
         ctx = ray.init(**kwargs)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -39,6 +40,14 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+_BAD_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
+
+
+def safe_key(key: str) -> str:
+    """A key MLflow accepts (alphanumerics and _-. :/), at most 250 characters."""
+    return _BAD_KEY.sub("_", key.lstrip("+~"))[:250]
+
+
 def _local_artifact_root(uri: str) -> str | None:
     """For a sqlite store, artifacts go beside the DB (not MLflow's ./mlruns default)."""
     if uri.startswith("sqlite:///"):
@@ -58,8 +67,23 @@ class Tracker:
         mlflow.set_tracking_uri(uri)
         self.client = MlflowClient(tracking_uri=uri)
 
-    def check_reachable(self) -> None:
-        """Fail fast with one clear error when the tracking store cannot be reached."""
+    def check_reachable(self, timeout_s: float = 3.0) -> None:
+        """Fail fast with one clear error when the tracking store cannot be reached.
+
+        For an HTTP server a plain TCP connect comes first: MLflow's own client would retry with
+        backoff for minutes before giving up.
+        """
+        if self.uri.startswith(("http://", "https://")):
+            import socket
+            from urllib.parse import urlparse
+
+            u = urlparse(self.uri)
+            port = u.port or (443 if u.scheme == "https" else 80)
+            try:
+                socket.create_connection((u.hostname, port), timeout=timeout_s).close()
+            except OSError as e:
+                raise ConnectionError(f"MLflow tracking server {self.uri} is unreachable ({e.strerror or e}); "
+                                      "start it (infra/mlflow_server.sh start) or use tracking=local") from None
         try:
             self.client.search_experiments(max_results=1)
         except Exception as e:  # noqa: BLE001 - any failure here means "store unusable"
@@ -94,7 +118,7 @@ class Tracker:
         from mlflow.entities import Param
 
         flat = flatten(params)
-        items = [Param(k[:250], v) for k, v in flat.items()]
+        items = [Param(safe_key(k), v) for k, v in flat.items()]
         for i in range(0, len(items), 100):
             self.client.log_batch(run_id, params=items[i:i + 100])
 
@@ -102,24 +126,33 @@ class Tracker:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if v is not None]
+        items = [Metric(safe_key(k), float(v), ts, step) for k, v in metrics.items() if v is not None]
         for i in range(0, len(items), _MAX_BATCH):
             self.client.log_batch(run_id, metrics=items[i:i + _MAX_BATCH])
 
-    def log_series(self, run_id: str, name: str, steps: Iterable[float], values: Iterable[float]) -> None:
-        """A per-step metric series in as few calls as MLflow allows."""
+    def log_series(self, run_id: str, name: str, steps: Iterable[float], values: Iterable[float],
+                   max_points: int | None = None) -> None:
+        """A per-step metric series in as few calls as MLflow allows.
+
+        With ``max_points``, a longer series is thinned to that many evenly spaced steps (first and
+        last kept): SQLite stores take ~0.25 ms a point, and curves need no more resolution.
+        """
         from mlflow.entities import Metric
 
-        ts = int(time.time() * 1000)
-        items = [Metric(name, float(v), ts, int(s)) for s, v in zip(steps, values)
+        pairs = [(int(s), float(v)) for s, v in zip(steps, values)
                  if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        if max_points and len(pairs) > max_points:
+            idx = sorted({round(i * (len(pairs) - 1) / (max_points - 1)) for i in range(max_points)})
+            pairs = [pairs[i] for i in idx]
+        ts = int(time.time() * 1000)
+        items = [Metric(name, v, ts, s) for s, v in pairs]
         for i in range(0, len(items), _MAX_BATCH):
             self.client.log_batch(run_id, metrics=items[i:i + _MAX_BATCH])
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+        self.client.log_batch(run_id, tags=[RunTag(safe_key(k), str(v)[:5000]) for k, v in tags.items()])
 
     def log_text(self, run_id: str, text: str, path: str) -> None:
         self.client.log_text(run_id, text, path)

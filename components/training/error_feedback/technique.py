@@ -167,7 +167,7 @@ def run_error_feedback(p: EFParams, ctx) -> Result:
 
     grad_sq, bits_cum, lyap, gaps = [], [], [], []
     x = server.x.copy() if p.method == "ef21" else x0.copy()
-    iters_to_tol = -1
+    iters_to_tol = math.nan
     t0 = time.perf_counter()
     k = 0
     for k in range(p.iters):
@@ -178,7 +178,7 @@ def run_error_feedback(p: EFParams, ctx) -> Result:
         g_full = np.mean([g for _, _, g in out], axis=0)
         gn = float(g_full @ g_full)
         grad_sq.append(gn)
-        if iters_to_tol < 0 and math.sqrt(gn) <= p.tol_grad_norm:
+        if math.isnan(iters_to_tol) and math.sqrt(gn) <= p.tol_grad_norm:
             iters_to_tol = k
         if strongly_convex and p.method == "ef21":  # EF21's state (x_k, d_k) after d is updated at x_k
             lyap.append(theory.lyapunov_ef21(g_full, agents.local[0].g, eps))

@@ -1,0 +1,48 @@
+"""Hydra sweep syntax -> Optuna distributions (the mapping hydra-optuna-sweeper uses)."""
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+
+def to_distribution(override: Override) -> BaseDistribution | None:
+    """A sweep override as an Optuna distribution; None for a plain (fixed) value."""
+    if not override.is_sweep_override():
+        return None
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        choices = [x for x in override.sweep_iterator(transformer=Transformer.encode)]
+        return CategoricalDistribution(choices)
+    if isinstance(value, RangeSweep):
+        start, stop, step = value.start, value.stop, value.step
+        if all(isinstance(v, int) for v in (start, stop, step)):
+            return IntDistribution(int(start), int(stop) - int(step), step=int(step))
+        return FloatDistribution(float(start), float(stop) - float(step), step=float(step))
+    if isinstance(value, IntervalSweep):
+        log = "log" in value.tags
+        if "int" in value.tags or (isinstance(value.start, int) and isinstance(value.end, int) and not log):
+            return IntDistribution(int(value.start), int(value.end), log=log)
+        return FloatDistribution(float(value.start), float(value.end), log=log)
+    raise ValueError(f"{override.input_line}: unsupported sweep for Optuna")
+
+
+def parse_space(params: dict[str, Any] | None, cli_overrides: list[str]) -> tuple[dict[str, BaseDistribution], list[str]]:
+    """Search space from the config's params and the command line's sweep overrides.
+
+    Returns (distributions by key, fixed overrides that every trial gets).
+    """
+    parser = OverridesParser.create()
+    space: dict[str, BaseDistribution] = {}
+    fixed: list[str] = []
+    lines = [f"{k}={v}" for k, v in (params or {}).items()] + list(cli_overrides)
+    for o in parser.parse_overrides(lines):
+        dist = to_distribution(o)
+        key = o.get_key_element()
+        if dist is None:
+            fixed.append(o.input_line)
+        else:
+            space[key] = dist
+    return space, fixed

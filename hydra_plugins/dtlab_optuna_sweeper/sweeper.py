@@ -1,0 +1,178 @@
+"""The sweeper: ask Optuna for trials, launch them as Hydra jobs, tell Optuna the objective.
+
+- The study lives in RDB storage (default ``sqlite:///<runs_dir>/optuna.db``) and is loaded if it
+  exists, so an interrupted sweep resumes: trials already finished count towards ``n_trials``,
+  trials left RUNNING by the interruption are marked FAIL.
+- The objective is what the task returns: the experiment's ``objective`` expression over variant
+  metrics (for example ``dist_ef21.iters_to_tol``), or the number of claims that hold.
+- A trial whose job crashes, or whose objective is missing or not finite, is told FAIL and the
+  sweep goes on (until ``max_failure_rate`` is exceeded).
+- MLflow: one sweep run (tag ``dtlab.kind=sweep``) per study; every trial's parent run is nested
+  under it; the best trial, its config, and Optuna's plots are logged on the sweep run.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import math
+from pathlib import Path
+from typing import Any, List
+
+import optuna
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from hydra_plugins.dtlab_optuna_sweeper.search_space import parse_space
+
+log = logging.getLogger(__name__)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+class DtlabOptunaSweeper(Sweeper):
+    def __init__(self, sampler: Any, direction: Any, study_name: str | None, storage: str | None, n_trials: int,
+                 n_jobs: int, max_failure_rate: float, params: dict | None):
+        self.sampler_cfg, self.direction = sampler, direction
+        self.study_name, self.storage = study_name, storage
+        self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
+        self.params = dict(params or {})
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(config=config, hydra_context=hydra_context,
+                                                                task_function=task_function)
+
+    # ------------------------------------------------------------------------------------------
+    def _study(self) -> optuna.Study:
+        runs_dir = Path(str(self.config.runs_dir))
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        storage = self.storage or f"sqlite:///{runs_dir}/optuna.db"
+        name = self.study_name or str(self.config.experiment.name)
+        sampler = self.sampler_cfg  # Hydra instantiates nested _target_ nodes itself
+        if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
+            sampler = instantiate(sampler)
+        directions = list(self.direction) if isinstance(self.direction, (list, tuple)) or OmegaConf.is_list(self.direction) else None
+        kwargs = {"directions": directions} if directions else {"direction": str(self.direction)}
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, load_if_exists=True, **kwargs)
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            log.warning(f"trial {t.number} was left running by an interrupted sweep: marking it FAIL")
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        return study
+
+    def _tracker(self):
+        from components.core.tracker import Tracker, resolve_tracking_uri
+
+        tracker = Tracker(resolve_tracking_uri(self.config.tracking.uri))
+        tracker.check_reachable()
+        return tracker
+
+    def _sweep_run(self, tracker, study: optuna.Study) -> str:
+        exp_id = tracker.experiment_id(str(self.config.experiment.name))
+        found = tracker.client.search_runs([exp_id], filter_string=(
+            f"tags.`dtlab.kind` = 'sweep' and tags.`optuna.study` = '{study.study_name}'"), max_results=1)
+        if found:
+            rid = found[0].info.run_id
+            tracker.client.update_run(rid, status="RUNNING")
+            return rid
+        rid = tracker.start_run(exp_id, f"sweep-{study.study_name}", tags={
+            "dtlab.kind": "sweep", "optuna.study": study.study_name, "experiment": str(self.config.experiment.name)})
+        tracker.log_params(rid, {"n_trials": self.n_trials, "direction": str(self.direction),
+                                 "sampler": type(self.sampler_cfg).__name__ if isinstance(self.sampler_cfg, optuna.samplers.BaseSampler) else str(self.sampler_cfg),
+                                 "space": {k: str(v) for k, v in self.params.items()}})
+        return rid
+
+    # ------------------------------------------------------------------------------------------
+    def sweep(self, arguments: List[str]) -> None:
+        space, fixed = parse_space(self.params, arguments)
+        if not space:
+            raise ValueError("dtlab_optuna sweeper: no search space (hydra.sweeper.params or a sweep override)")
+        study = self._study()
+        tracker = self._tracker()
+        sweep_rid = self._sweep_run(tracker, study)
+        finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+        done = len(study.get_trials(deepcopy=False, states=finished))
+        remaining = max(0, self.n_trials - done)
+        log.info(f"study {study.study_name}: {done} trials done, {remaining} to run; space: {list(space)}")
+        failures = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)))
+        status = "FINISHED"
+        try:
+            while remaining > 0:
+                batch = min(self.n_jobs, remaining)
+                trials = [study.ask(space) for _ in range(batch)]
+                overrides = [tuple(fixed + [f"{k}={_fmt(v)}" for k, v in t.params.items()] +
+                                   [f"sweep_run_id={sweep_rid}", f"sweep_trial={t.number}"]) for t in trials]
+                returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+                self.job_idx += len(returns)
+                for trial, ret in zip(trials, returns):
+                    value, error = None, ""
+                    try:
+                        value = ret.return_value
+                        if value is None or not math.isfinite(float(value)):
+                            error, value = f"objective not finite: {value}", None
+                    except Exception as e:  # the job crashed
+                        error = f"{type(e).__name__}: {e}".splitlines()[0]
+                    if value is None:
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                        failures += 1
+                        tracker.set_tags(sweep_rid, {f"trial.{trial.number}.error": error})
+                        log.warning(f"trial {trial.number} failed: {error}")
+                    else:
+                        study.tell(trial, float(value))
+                        tracker.log_metrics(sweep_rid, {"trial_value": float(value)}, step=trial.number)
+                remaining -= batch
+                total = len(study.get_trials(deepcopy=False, states=finished))
+                if total and failures / total > self.max_failure_rate:
+                    status = "FAILED"
+                    raise RuntimeError(f"failure rate {failures}/{total} exceeds max_failure_rate={self.max_failure_rate}")
+        finally:
+            self._report(tracker, sweep_rid, study, status)
+
+    def _report(self, tracker, sweep_rid: str, study: optuna.Study, status: str) -> None:
+        completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        tracker.log_metrics(sweep_rid, {"trials_complete": len(completed), "trials_total": len(study.trials)})
+        if completed and len(study.directions) == 1:
+            best = study.best_trial
+            tracker.log_metrics(sweep_rid, {"best_value": best.value, "best_trial": best.number})
+            tracker.set_tags(sweep_rid, {f"best.{k}": v for k, v in best.params.items()})
+            best_cfg = {"study": study.study_name, "best_trial": best.number, "best_value": best.value,
+                        "best_params": best.params, "direction": str(study.direction.name)}
+            tracker.log_text(sweep_rid, OmegaConf.to_yaml(OmegaConf.create(best_cfg)), "best_config.yaml")
+            out = Path(str(self.config.hydra.sweep.dir))
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "optimization_results.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(best_cfg)))
+            self._plots(tracker, sweep_rid, study)
+            log.info(f"best trial {best.number}: value {best.value} with {best.params}")
+        tracker.end(sweep_rid, status)
+
+    @staticmethod
+    def _plots(tracker, sweep_rid: str, study: optuna.Study) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from optuna.visualization import matplotlib as ovm
+
+        plots = {"optimization_history": ovm.plot_optimization_history}
+        if len(study.best_trial.params) >= 2 and len(study.trials) >= 3:
+            plots["param_importances"] = ovm.plot_param_importances
+        for name, fn in plots.items():
+            try:
+                ax = fn(study)
+                fig = ax.figure if hasattr(ax, "figure") else plt.gcf()
+                fig.set_size_inches(7, 4.5)
+                fig.tight_layout()
+                buf = io.BytesIO()
+                fig.savefig(buf, format="png", dpi=100)
+                plt.close(fig)
+                tracker.log_bytes(sweep_rid, buf.getvalue(), f"plots/{name}.png")
+            except Exception as e:  # a plot is a nicety; the study itself is logged already
+                log.warning(f"optuna plot {name} skipped: {e}")

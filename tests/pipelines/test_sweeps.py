@@ -1,0 +1,105 @@
+"""Sweeps: the Optuna sweeper (current Optuna, persistent study, failed trials, MLflow linkage),
+the Ray launcher for grid multiruns, and the fail-fast check of a tracking server that is down."""
+import os
+import socket
+import subprocess
+import sys
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from hydra_plugins.dtlab_optuna_sweeper.search_space import parse_space
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def dtlab(runs_dir, *args, env=None, timeout=600):
+    e = {**os.environ, "DTLAB_RUNS_DIR": str(runs_dir), "RAY_ADDRESS": "", **(env or {})}
+    e.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "run", *args, "cluster.include_dashboard=false"],
+                          capture_output=True, text=True, timeout=timeout, env=e, cwd=ROOT)
+
+
+def test_search_space_mapping():
+    space, fixed = parse_space({"lr": "tag(log, interval(1e-4, 1e-1))", "x": "interval(0, 1.5)", "k": "range(1, 9, step=2)",
+                                "opt": "choice(sgd, adam)"}, ["seed=3"])
+    assert space["lr"] == FloatDistribution(1e-4, 1e-1, log=True)
+    assert space["x"] == FloatDistribution(0.0, 1.5)
+    assert space["k"] == IntDistribution(1, 7, step=2)
+    assert isinstance(space["opt"], CategoricalDistribution) and set(space["opt"].choices) == {"sgd", "adam"}
+    assert fixed == ["seed=3"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("sweep")
+    r = dtlab(runs, "-m", "experiment=platform_probe", "hparams_search=platform_probe_optuna", "debug=true",
+              "hydra/launcher=basic", "hydra.sweeper.n_trials=5")
+    return runs, r
+
+
+def test_optuna_sweep_records_failures_and_continues(sweep):
+    runs, r = sweep
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = optuna.load_study(study_name="platform_probe_value", storage=f"sqlite:///{runs}/optuna.db")
+    states = [t.state for t in study.trials]
+    assert len(states) == 5
+    assert optuna.trial.TrialState.FAIL in states and optuna.trial.TrialState.COMPLETE in states
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    # the objective is the probe's reported metric, i.e. the sampled value itself
+    for t in complete:
+        assert t.value == pytest.approx(t.params["experiment.variants.a.params.value"])
+    assert study.best_value == min(t.value for t in complete)
+
+
+def test_sweep_run_links_trials_and_logs_best(sweep):
+    runs, _ = sweep
+    client = MlflowClient(tracking_uri=f"sqlite:///{runs}/mlflow.db")
+    exp = client.get_experiment_by_name("platform_probe")
+    sweeps = client.search_runs([exp.experiment_id], "tags.`dtlab.kind` = 'sweep'")
+    assert len(sweeps) == 1
+    s = sweeps[0]
+    assert s.info.status == "FINISHED"
+    study = optuna.load_study(study_name="platform_probe_value", storage=f"sqlite:///{runs}/optuna.db")
+    assert s.data.metrics["best_value"] == pytest.approx(study.best_value)
+    arts = {a.path for a in client.list_artifacts(s.info.run_id)} | {a.path for a in client.list_artifacts(s.info.run_id, "plots")}
+    assert "best_config.yaml" in arts and "plots/optimization_history.png" in arts
+    trials = client.search_runs([exp.experiment_id], f"tags.`dtlab.sweep_run_id` = '{s.info.run_id}'")
+    assert len(trials) == 5
+    assert all(t.data.tags["mlflow.parentRunId"] == s.info.run_id for t in trials)
+    assert {t.info.status for t in trials} == {"FINISHED", "FAILED"}
+
+
+def test_interrupted_sweep_resumes(sweep):
+    runs, _ = sweep
+    r = dtlab(runs, "-m", "experiment=platform_probe", "hparams_search=platform_probe_optuna", "debug=true",
+              "hydra/launcher=basic", "hydra.sweeper.n_trials=7")
+    assert r.returncode == 0, r.stderr[-3000:]
+    study = optuna.load_study(study_name="platform_probe_value", storage=f"sqlite:///{runs}/optuna.db")
+    assert len(study.trials) == 7  # 5 from before + 2 new, not 7 new
+
+
+def test_ray_launcher_grid_and_failed_job(tmp_path):
+    r = dtlab(tmp_path, "-m", "experiment=platform_probe", "debug=true", "++experiment.variants.d.params.fail_at_step=0,-1")
+    assert r.returncode != 0  # one job had a failed variant: the multirun reports it
+    assert "Launching 2 jobs as Ray tasks" in r.stdout + r.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("platform_probe")
+    parents = client.search_runs([exp.experiment_id], "tags.`dtlab.kind` = 'parent'")
+    assert len(parents) == 2
+    assert sorted(p.data.tags["hydra.job"] for p in parents) == ["0", "1"]
+    assert sorted(p.info.status for p in parents) == ["FAILED", "FINISHED"]
+    assert client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") == []
+
+
+def test_tracking_server_down_fails_fast(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free, nothing listens after close
+    r = dtlab(tmp_path, "experiment=platform_probe", "debug=true", "tracking=server",
+              env={"DTLAB_MLFLOW_SERVER": f"http://127.0.0.1:{port}"}, timeout=60)
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "unreachable" in lines[0] and f"127.0.0.1:{port}" in lines[0]
