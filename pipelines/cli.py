@@ -139,7 +139,7 @@ def cmd_compare(args: list[str]) -> None:
 def cmd_ui(args: list[str]) -> None:
     uri, rest, cfg = _tracking_uri(args)
     port = rest[0] if rest else "5000"
-    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port)]
+    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     print(" ".join(cmd))
     bindir = os.path.dirname(sys.executable)
     exe = os.path.join(bindir, "mlflow")
