@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE ?= disabled
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test bench ui ray-up ray-down clean
+.PHONY: install services demo test bench ui ray-up ray-down clean
 
 install: $(STAMP)
 
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
+
+# PostgreSQL, Prometheus and Chromium for the integration tests (apt, root; .ci/run calls it).
+# Without them those tests skip, saying why.
+services:
+	bash infra/install_services.sh
 
 demo: install
 	$(VENV)/bin/dtlab run experiment=error_feedback

@@ -119,7 +119,9 @@ def _prepare_task(step_name: str, params_raw: dict, ctx_fields: dict) -> tuple[A
     return out, time.perf_counter() - t0
 
 
-def _variant_task(tech_name: str, params_raw: dict, ctx_fields: dict, inputs: dict, board) -> tuple[Result, float, float]:
+def _variant_task(tech_name: str, params_raw: dict, ctx_fields: dict, inputs: dict, board) -> tuple[Result, float, float, dict]:
+    import ray
+
     from components.core.registry import discover
 
     discover()
@@ -140,7 +142,8 @@ def _variant_task(tech_name: str, params_raw: dict, ctx_fields: dict, inputs: di
         raise TypeError(f"technique {tech_name} returned {type(res).__name__}, expected Result")
     t1 = time.time()
     reporter(ctx.variant, 1, 1, {})
-    return res, t0, t1
+    where = {"ray.node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
+    return res, t0, t1, where
 
 
 # ----------------------------------------------------------------------------------------- stages
@@ -188,7 +191,8 @@ def _log_child(tracker, o: VariantOutcome, v, max_points: int | None) -> None:
     full = {}
     for name in res.series:
         xs, ys = res.series_xy(name)
-        tracker.log_series(o.run_id, name, xs, ys, max_points=max_points)
+        # a series named like a final metric would overwrite it in MLflow's "latest value" view
+        tracker.log_series(o.run_id, f"{name}_series" if name in metrics else name, xs, ys, max_points=max_points)
         full[name] = {"step": xs, "value": ys}
     if full:
         tracker.log_json(o.run_id, full, "series.json")
@@ -262,8 +266,9 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
                 v = pending.pop(ref)
                 o = outcomes[v.name]
                 try:
-                    res, t0, t1 = ray.get(ref)
+                    res, t0, t1, where = ray.get(ref)
                     o.result, o.started, o.ended, o.status = res, t0, t1, "FINISHED"
+                    tracker.set_tags(o.run_id, where)
                     _log_child(tracker, o, v, max_points)
                     tracker.end(o.run_id, "FINISHED")
                 except (RayError, Exception) as e:  # a crash inside the variant, or while logging it
