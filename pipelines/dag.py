@@ -227,8 +227,9 @@ def _log_child(tracker, o: VariantOutcome, v, max_points: int | None) -> None:
 
 def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id: str, runs_dir: Path,
             console, open_runs: set[str], max_points: int | None = None,
-            keep_board_s: float = 0.0) -> dict[str, VariantOutcome]:
-    """Dispatch every variant as a Ray task; log each child run as its result arrives."""
+            keep_board_s: float = 0.0, max_parallel: int | None = None) -> dict[str, VariantOutcome]:
+    """Dispatch the variants as Ray tasks (at most ``max_parallel`` in flight; default: as many as
+    the cluster's CPUs fit); log each child run as its result arrives."""
     import ray
     from ray.exceptions import RayError
 
@@ -239,11 +240,16 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
     board = ray.remote(num_cpus=0)(_Board).remote(spec.name)
     nodes = start_nodes(spec.nodes, spec.node_cpus, f"{spec.name}-node") if spec.nodes else None
     inputs_ref = ray.put(inputs)
-    outcomes: dict[str, VariantOutcome] = {}
-    pending = {}
     task = ray.remote(num_cpus=spec.num_cpus, max_retries=0)(_variant_task)
-    for v in spec.variants:
-        o = VariantOutcome(v.name, v.technique, v.role, v.family)
+    # Ray hands a task's CPU back while it blocks in ray.get (on its actors), and would then start
+    # every remaining variant at once; the driver keeps at most this many in flight instead.
+    limit = max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1) // max(spec.num_cpus, 1e-9)))
+    outcomes = {v.name: VariantOutcome(v.name, v.technique, v.role, v.family) for v in spec.variants}
+    queue = list(spec.variants)
+    pending: dict = {}
+
+    def dispatch(v) -> None:
+        o = outcomes[v.name]
         o.run_id = tracker.start_run(exp_id, v.name, parent_id=parent_id, tags={
             "technique": v.technique, "variant": v.name, "role": v.role, "family": v.family,
             "experiment": spec.name, PARENT_TAG: "variant"})
@@ -252,15 +258,14 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
         tracker.log_text(o.run_id, _yaml({"technique": v.technique, "role": v.role, "params": v.params_raw}), "config.yaml")
         ctx = {"experiment": spec.name, "variant": v.name, "seed": spec.seed, "nodes": nodes,
                "workdir": runs_dir / "work" / parent_id / v.name}
-        ref = task.options(name=f"{spec.name}:{v.name}").remote(v.technique, v.params_raw, ctx, inputs_ref, board)
-        pending[ref] = v
-        o.status = "RUNNING"
-        o.started = time.time()
-        outcomes[v.name] = o
+        pending[task.options(name=f"{spec.name}:{v.name}").remote(v.technique, v.params_raw, ctx, inputs_ref, board)] = v
+        o.status, o.started = "RUNNING", time.time()
 
     live = LiveTable(spec.name, outcomes, console)
     with live:
-        while pending:
+        while queue or pending:
+            while queue and len(pending) < limit:
+                dispatch(queue.pop(0))
             done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in done:
                 v = pending.pop(ref)
@@ -456,7 +461,8 @@ def run(cfg: dict, console=None) -> RunOutcome:
         t0 = time.perf_counter()
         outcomes = execute(spec, inputs, tracker, exp_id, parent_id, runs_dir, console, open_runs,
                            max_points=cfg["tracking"].get("max_series_points"),
-                           keep_board_s=float(cfg["cluster"].get("metrics_linger_s") or 0.0))
+                           keep_board_s=float(cfg["cluster"].get("metrics_linger_s") or 0.0),
+                           max_parallel=spec.max_parallel)
         timings["execute_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         claims, rows = evaluate(spec, outcomes)

@@ -3,7 +3,8 @@
 An experiment config (conf/experiment/NAME.yaml) holds::
 
     name, family, summary, seed
-    resources: {num_cpus: 1, nodes: 0} # CPUs per variant task; size of the shared NodeActor pool
+    resources: {num_cpus: 1, nodes: 0, max_parallel: null}  # CPUs per variant task; NodeActor pool size;
+                                      # variants in flight (null: as many as the CPUs fit)
     prepare:   {out_name: {step: registered_prepare_step, params: {...}}}
     common:    {technique: {...}}     # params merged under the own params of that technique's variants
     variants:  {vname: {technique: registered_name, role: technique|baseline, params: {...}}}
@@ -56,6 +57,7 @@ class ExperimentSpec:
     num_cpus: float
     nodes: int
     node_cpus: float
+    max_parallel: int | None
     prepare: list[PrepareSpec]
     variants: list[VariantSpec]
     claims: list[Claim]
@@ -103,9 +105,13 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None) ->
     seed = exp.get("seed", 0)
     require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "experiment.seed", seed, "a non-negative integer")
     resources = exp.get("resources") or {}
-    bad = sorted(set(resources) - {"num_cpus", "nodes", "node_cpus"})
+    bad = sorted(set(resources) - {"num_cpus", "nodes", "node_cpus", "max_parallel"})
     if bad:
-        raise ConfigError(f"experiment.resources.{bad[0]}", resources[bad[0]], "unknown key; allowed: num_cpus, nodes, node_cpus")
+        raise ConfigError(f"experiment.resources.{bad[0]}", resources[bad[0]],
+                          "unknown key; allowed: num_cpus, nodes, node_cpus, max_parallel")
+    max_parallel = resources.get("max_parallel")
+    require(max_parallel is None or (isinstance(max_parallel, int) and max_parallel >= 1),
+            "experiment.resources.max_parallel", max_parallel, "null (as many as the CPUs fit) or a positive integer")
     num_cpus = resources.get("num_cpus", 1)
     require(isinstance(num_cpus, (int, float)) and 0 <= num_cpus <= 64, "experiment.resources.num_cpus", num_cpus, "a number in [0, 64]")
     nodes = resources.get("nodes", 0)
@@ -180,4 +186,4 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None) ->
         require(isinstance(plot, dict) and plot.get("kind") in PLOT_KINDS, f"experiment.report.plots[{i}].kind",
                 (plot or {}).get("kind") if isinstance(plot, dict) else plot, "one of " + ", ".join(PLOT_KINDS))
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seed, float(num_cpus),
-                          nodes, float(node_cpus), prepares, variants, claims, report, raw=exp)
+                          nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, raw=exp)

@@ -1,0 +1,1 @@
+"""Data sets shipped with packages (no downloads) and their partitioning."""

@@ -1,0 +1,245 @@
+"""Registered technique `federated`: one federated run per seed (clients on Ray actors, server
+loop in the variant task), for any strategy in this package, with the fairness metrics PHP-FL is
+judged by. Baselines and PHP-FL ablations are the same technique with other params.
+
+Per variant (averaged over ``seeds``; one seed = one Dirichlet split, one assignment of
+participation probabilities and one participation sequence, identical across strategies):
+mean_acc, acc_std (fairness: spread of client accuracies), worst20_acc (mean of the worst 20%
+of clients), low_high_p_gap (mean accuracy of the lowest-p quartile minus the highest-p
+quartile), per-round curves, a per-client table and a plot of accuracy against participation
+probability.
+"""
+from __future__ import annotations
+
+import io
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from components.core.errors import require
+from components.core.params import parse_params
+from components.core.registry import technique
+from components.core.result import Result
+from components.data.digits import dirichlet_partition, load_digits_arrays, train_test_split_per_client
+from components.federated.client import ClientSpec
+from components.federated.participation import check_pattern, client_probs
+from components.federated.pool import HostPool
+from components.federated.server import History, run_federation
+from components.federated.strategy import FLConfig, make_strategy, strategy_options_class
+from components.models.small_nets import PRIVATE_ARCHS
+
+
+@dataclass
+class FederatedParams:
+    strategy: Literal["fedavg", "local_only", "fml", "fedproto", "php_fl"] = "php_fl"
+    options: dict = field(default_factory=dict)        # the strategy's own knobs (its Options dataclass)
+    participation: dict = field(default_factory=lambda: {"pattern": "linear"})
+    n_clients: int = 20
+    alpha: float = 0.3               # Dirichlet label skew (smaller: fewer classes per client)
+    min_client_samples: int = 10
+    test_frac: float = 0.2           # per-client held-out share
+    archs: list[str] = field(default_factory=lambda: list(PRIVATE_ARCHS))   # assigned round-robin
+    rounds: int = 100
+    local_epochs: int = 2
+    batch_size: int = 16
+    lr: float = 0.05
+    emb_dim: int = 32
+    aux_hidden: int = 16
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    eval_window: int = 5             # final per-client accuracy = mean of the last k evaluations
+    hosts: int = 4                   # client hosts (Ray actors); 0 = in-process, no Ray
+    fault: dict = field(default_factory=dict)   # {host: h, round: r}: kill host h's actor during round r
+
+    def check(self):
+        require(self.n_clients >= 1, "n_clients", self.n_clients, "a positive number of clients")
+        require(self.alpha > 0 and math.isfinite(self.alpha), "alpha", self.alpha, "a positive Dirichlet concentration")
+        require(self.min_client_samples >= 2, "min_client_samples", self.min_client_samples, "an integer >= 2 (train and test)")
+        require(self.n_clients * self.min_client_samples <= 1797, "n_clients", self.n_clients,
+                f"at most {1797 // self.min_client_samples} clients with min_client_samples={self.min_client_samples} (load_digits has 1797 samples)")
+        require(0 < self.test_frac < 1, "test_frac", self.test_frac, "a fraction in (0, 1)")
+        check_pattern(self.participation, self.n_clients)
+        require(len(self.archs) >= 1, "archs", self.archs, "at least one architecture")
+        for i, a in enumerate(self.archs):
+            require(a in PRIVATE_ARCHS, f"archs[{i}]", a, "one of " + ", ".join(PRIVATE_ARCHS))
+        require(self.rounds >= 1, "rounds", self.rounds, "a positive number of rounds")
+        require(self.local_epochs >= 1, "local_epochs", self.local_epochs, "a positive number of epochs")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "a positive batch size")
+        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
+        require(self.emb_dim >= 1 and self.aux_hidden >= 1, "emb_dim", self.emb_dim, "positive widths")
+        require(len(self.seeds) >= 1, "seeds", self.seeds, "at least one seed")
+        require(1 <= self.eval_window <= self.rounds + 1, "eval_window", self.eval_window, f"an integer in [1, rounds + 1 = {self.rounds + 1}]")
+        require(self.hosts >= 0, "hosts", self.hosts, "a non-negative number of host actors (0: in-process)")
+        parse_params(strategy_options_class(self.strategy), self.options, "options")
+        if self.fault:
+            bad = sorted(set(self.fault) - {"host", "round"})
+            require(not bad, f"fault.{bad[0] if bad else ''}", self.fault, "only keys host, round")
+            require(self.hosts >= 1, "fault", self.fault, "a fault drill needs hosts >= 1 (Ray actors)")
+            h, r = self.fault.get("host", 0), self.fault.get("round", 0)
+            require(isinstance(h, int) and 0 <= h < self.hosts, "fault.host", h, f"a host index in [0, {self.hosts})")
+            require(isinstance(r, int) and 0 <= r < self.rounds, "fault.round", r, f"a round in [0, {self.rounds})")
+
+    def fl_config(self) -> FLConfig:
+        return FLConfig(lr=self.lr, local_epochs=self.local_epochs, batch_size=self.batch_size, rounds=self.rounds,
+                        emb_dim=self.emb_dim, aux_hidden=self.aux_hidden)
+
+
+# ---------------------------------------------------------------------------------- metrics
+def fairness_metrics(acc: np.ndarray, probs: np.ndarray) -> dict[str, float]:
+    """mean, spread, worst-20% mean and low-p minus high-p quartile gap of client accuracies."""
+    ok = np.isfinite(acc)
+    a, p = acc[ok], probs[ok]
+    n = len(a)
+    k20 = max(1, math.ceil(0.2 * n))
+    q = max(1, n // 4)
+    order = np.argsort(p, kind="stable")
+    return {"mean_acc": float(a.mean()), "acc_std": float(a.std()), "worst20_acc": float(np.sort(a)[:k20].mean()),
+            "low_high_p_gap": float(a[order[:q]].mean() - a[order[-q:]].mean())}
+
+
+def split_clients(X, y, p: FederatedParams, seed: int) -> list[ClientSpec]:
+    rng = np.random.default_rng([seed, 1])
+    parts = dirichlet_partition(y, p.n_clients, p.alpha, rng, p.min_client_samples)
+    specs = []
+    for cid, (tr, te) in enumerate(train_test_split_per_client(parts, p.test_frac, rng)):
+        specs.append(ClientSpec(cid, p.archs[cid % len(p.archs)], X[tr], y[tr], X[te], y[te], seed * 1000 + cid))
+    return specs
+
+
+def _digits(ctx) -> tuple[np.ndarray, np.ndarray]:
+    for v in (ctx.inputs or {}).values():
+        if isinstance(v, dict) and "X" in v and "y" in v:
+            return np.asarray(v["X"], np.float32), np.asarray(v["y"], np.int64)
+    return load_digits_arrays()
+
+
+def run_one_seed(p: FederatedParams, X, y, seed: int, nodes, own_nodes: bool, key: str, progress=None) -> tuple[History, list[ClientSpec]]:
+    """One federation: split, probabilities, hosts, server loop."""
+    specs = split_clients(X, y, p, seed)
+    probs = client_probs(p.participation, p.n_clients, np.random.default_rng([seed, 2]))
+    fl = p.fl_config()
+    pool = HostPool(key, p.strategy, p.options, fl, specs, max(1, p.hosts), nodes, own_nodes)
+    try:
+        hist = run_federation(make_strategy(p.strategy, p.options, fl), pool, probs, p.rounds,
+                              np.random.default_rng([seed, 3]), seed * 1000 + 999, p.fault or None, progress)
+    finally:
+        pool.close()
+    return hist, specs
+
+
+@technique("federated", family="federated", params=FederatedParams,
+           summary="Federated learning on Ray actors (clients hosted several per actor): FedAvg/FedProx, local-only, "
+                   "FML, FedProto and PHP-FL (DEAL + ISPU, parts switchable) under unequal participation patterns; "
+                   "accuracy and fairness per client.")
+def run_federated(p: FederatedParams, ctx) -> Result:
+    """Runs the seeds; with Ray hosts, from a helper thread (see :func:`off_main_thread`)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return off_main_thread(_run_federated, p, ctx) if p.hosts > 0 else _run_federated(p, ctx)
+
+
+def off_main_thread(fn, *args):
+    """Call ``fn`` in a helper thread and wait for it.
+
+    A Ray task that blocks in ``ray.get`` on its main thread hands its CPUs back, and Ray then
+    starts further variant tasks (each a worker process of ~400 MB with torch): all 28 variants
+    of php_fl ran at once (~10 GB). Ray releases CPUs only for blocking calls on the task's main
+    thread, so calling the actors from a helper thread keeps ``resources.num_cpus`` a real bound.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="fl-server") as ex:
+        return ex.submit(fn, *args).result()
+
+
+def _run_federated(p: FederatedParams, ctx) -> Result:
+    X, y = _digits(ctx)
+    total = p.rounds * len(p.seeds)
+    per_seed, rows, events, curves, hists = [], [], [], [], []
+    t0 = time.perf_counter()
+    for si, seed in enumerate(p.seeds):
+        nodes, own = None, False
+        if p.hosts > 0:
+            if p.fault or not ctx.nodes:   # a fault drill kills actors: never the shared pool
+                from components.core.raytools import start_nodes
+
+                nodes, own = start_nodes(p.hosts, 0.0, "fl-host"), True
+            else:
+                nodes = ctx.nodes
+
+        def progress(r, acc, si=si):
+            ctx.progress(si * p.rounds + r, total, acc=acc)
+
+        hist, specs = run_one_seed(p, X, y, seed, nodes, own, f"{ctx.experiment}/{ctx.variant}/s{seed}", progress)
+        hists.append(hist)
+        final = np.nanmean(hist.acc[-p.eval_window:], axis=0)
+        m = fairness_metrics(final, hist.probs)
+        m.update(never_sampled=float((hist.sampled == 0).sum()), dropped_participants=float(hist.dropped),
+                 host_failures=float(sum(e["event"] == "host_died" for e in hist.events)),
+                 participation_rate=float(hist.participations.sum() / (p.rounds * p.n_clients)),
+                 upload_floats_per_round=hist.upload_floats / p.rounds, rounds_per_s=p.rounds / max(hist.wall_s, 1e-9))
+        per_seed.append(m)
+        curves.append(np.array([[fairness_metrics(row, hist.probs)[k] if np.isfinite(row).any() else np.nan
+                                 for k in ("mean_acc", "acc_std", "worst20_acc")] for row in hist.acc]))
+        for s in specs:
+            rows.append({"seed": seed, "client": s.cid, "arch": s.arch, "p": round(float(hist.probs[s.cid]), 4),
+                         "sampled": int(hist.sampled[s.cid]), "participations": int(hist.participations[s.cid]),
+                         "n_train": len(s.ytr), "n_test": len(s.yte), "classes": int(len(np.unique(s.ytr))),
+                         "acc": float(final[s.cid])})
+        events += [{"seed": seed, **e} for e in hist.events]
+    wall = time.perf_counter() - t0
+
+    metrics = {k: float(np.mean([m[k] for m in per_seed])) for k in per_seed[0]}
+    for k in ("mean_acc", "acc_std", "low_high_p_gap"):
+        metrics[f"{k}_seed_std"] = float(np.std([m[k] for m in per_seed]))
+    metrics["wall_s_technique"] = wall
+    curve = np.nanmean(np.stack(curves), axis=0)
+    xs, ys = _acc_vs_p(rows)
+    # per-round curves get their own names: MLflow keeps one history per key, and the final
+    # metrics (mean of the last eval_window evaluations) must not be overwritten by a curve
+    series = {"round_mean_acc": curve[:, 0].tolist(), "round_acc_std": curve[:, 1].tolist(),
+              "round_worst20_acc": curve[:, 2].tolist(), "acc_vs_p": (xs, ys)}
+    tables = {"per_client": rows, "per_seed": [{"seed": s, **m} for s, m in zip(p.seeds, per_seed)]}
+    if events:
+        tables["faults"] = events
+    info = {"strategy": p.strategy, "options": p.options, "participation": check_pattern(p.participation, p.n_clients),
+            "events": events, "hosts": p.hosts, "seeds": p.seeds,
+            "note": "acc[t] is measured entering round t; final accuracy = mean of the last eval_window evaluations"}
+    return Result(metrics=metrics, series=series, tables=tables, info=info,
+                  files={"plots/acc_vs_p.png": _plot_acc_vs_p(rows, xs, ys, f"{ctx.variant}: {p.strategy}, "
+                                                                f"{p.participation.get('pattern')}")})
+
+
+def _acc_vs_p(rows: list[dict]) -> tuple[list[float], list[float]]:
+    """Mean client accuracy per participation level (levels rounded to 0.01), over seeds."""
+    by: dict[float, list[float]] = {}
+    for r in rows:
+        if math.isfinite(r["acc"]):
+            by.setdefault(round(r["p"], 2), []).append(r["acc"])
+    xs = sorted(by)
+    return xs, [float(np.mean(by[x])) for x in xs]
+
+
+def _plot_acc_vs_p(rows, xs, ys, title: str) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([r["p"] for r in rows], [r["acc"] for r in rows], s=12, alpha=0.4, label="client (all seeds)")
+    ax.plot(xs, ys, "-o", color="tab:red", ms=3, label="mean per p level")
+    ax.set_xlabel("participation probability p_i")
+    ax.set_ylabel("client test accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
