@@ -1,0 +1,330 @@
+"""Registered techniques for the ``hybrid_einsum`` experiment.
+
+- ``einsum_suite``: every generated instance with dense, COO and hybrid on ONE opt_einsum path,
+  plus numpy.einsum (opt_einsum path), torch.einsum and pydata sparse; methods interleaved per
+  repetition in one process (torch single-threaded), so their ratios share the machine's state.
+- ``einsum_gap``: the exponential-gap family GRID-EQ(n) (and equality chains) over n: dense peak
+  intermediate vs COO time; dense runs stop at the memory cap and are reported as exceeded.
+"""
+from __future__ import annotations
+
+import io
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+
+from components.algorithms.hybrid_einsum.baselines import LIBRARIES, Unsupported, run_library
+from components.algorithms.hybrid_einsum.coo import COO, MemoryCapExceeded
+from components.algorithms.hybrid_einsum.engine import contract
+from components.algorithms.hybrid_einsum.expression import plan
+from components.core.errors import require
+from components.core.registry import technique
+from components.core.result import Result
+from components.data import einsum_instances as gen
+
+OURS = ("dense", "coo", "hybrid")
+
+
+def _tau(ctx, tau: float | None) -> tuple[float, str]:
+    if tau is not None:
+        return float(tau), "param"
+    for v in ctx.inputs.values():
+        if isinstance(v, dict) and "tau" in v and "table" in v:
+            return float(v["tau"]), "calibrated"
+    return 1e-2, "default"
+
+
+def _as_dense(res) -> np.ndarray:
+    return res.todense() if isinstance(res, COO) else np.asarray(res)
+
+
+def _matches(res, inst: gen.Instance, ref) -> bool:
+    if isinstance(inst.expected, dict):              # sparse known output: coordinate -> value
+        if isinstance(res, COO):                     # compare coordinates, never densify 2^n outputs
+            got = {tuple(int(x) for x in c): float(v) for c, v in zip(res.coords, res.values)}
+            return set(got) == set(inst.expected) and all(math.isclose(got[c], v, rel_tol=1e-9)
+                                                          for c, v in inst.expected.items())
+        d = np.asarray(res)
+        nz = np.argwhere(d != 0)
+        return (len(nz) == len(inst.expected)
+                and all(math.isclose(float(d[c]), v, rel_tol=1e-9) for c, v in inst.expected.items()))
+    want = inst.expected if inst.expected is not None else ref
+    if want is None:
+        return True
+    return bool(np.allclose(_as_dense(res), want, rtol=1e-9, atol=1e-300))
+
+
+def time_method(method: str, p, arrays, tau: float, cap: float):
+    """One timed evaluation: (CPU seconds, result or None, status, run or None).
+
+    Process CPU time, not wall time: this machine is shared (load averages of 30 on 2 cores were
+    seen during runs), and with torch single-threaded every method computes in this thread."""
+    t0 = time.process_time()
+    try:
+        if method in OURS:
+            run = contract(p, arrays, method, tau=tau, memory_cap_bytes=cap,
+                           output="coo" if method != "dense" else "dense", measure_density=(method != "dense"))
+            return time.process_time() - t0, run.result, "ok", run
+        out = run_library(method, p, arrays, cap)
+        return time.process_time() - t0, out, "ok", None
+    except MemoryCapExceeded:
+        return math.inf, None, "exceeded", None
+    except Unsupported:
+        return math.nan, None, "skipped", None
+    except MemoryError:
+        return math.inf, None, "failed (MemoryError)", None
+    except Exception as e:  # a library's own failure is a result to report, not a crash of the run
+        return math.nan, None, f"failed ({type(e).__name__})", None
+
+
+# ------------------------------------------------------------------------------------------ suite
+@dataclass
+class SuiteParams:
+    scale: Literal["full", "debug"] = "full"
+    methods: list[str] = field(default_factory=lambda: list(OURS) + list(LIBRARIES))
+    tau: float | None = None                  # None: the calibrated value (prepare step einsum_calibration)
+    memory_cap_mib: float = 1024.0            # cap on any single intermediate
+    max_reps: int = 5                          # median of up to this many runs (fewer for slow instances)
+    budget_s: float = 2.0                      # per (instance, method): stop repeating past this
+    warmup: bool = True                        # one untimed call per method first (skipped if it took > budget_s)
+    optimize: str = "greedy"
+    seed: int = 0
+
+    def check(self):
+        bad = [m for m in self.methods if m not in OURS + LIBRARIES]
+        require(not bad, "methods", self.methods, "a list of: " + ", ".join(OURS + LIBRARIES))
+        require(all(m in self.methods for m in OURS), "methods", self.methods, "must include dense, coo and hybrid")
+        require(self.tau is None or 0 <= self.tau <= 1, "tau", self.tau, "null or a density in [0, 1]")
+        require(self.memory_cap_mib > 0, "memory_cap_mib", self.memory_cap_mib, "a positive number of MiB")
+        require(self.max_reps >= 1, "max_reps", self.max_reps, "a positive integer")
+
+
+def _ratio(a: float, b: float) -> float:
+    if math.isinf(a) and math.isinf(b):
+        return 1.0
+    return a / b if b > 0 else math.inf
+
+
+@technique("einsum_suite", family="algorithms", params=SuiteParams,
+           summary="Dense vs COO vs hybrid einsum on one opt_einsum path over a generated suite (model counting, "
+                   "graphical models, gap family, dense controls), beside numpy/torch einsum and pydata sparse.")
+def run_einsum_suite(p: SuiteParams, ctx) -> Result:
+    torch.set_num_threads(1)
+    tau, tau_src = _tau(ctx, p.tau)
+    cap = p.memory_cap_mib * 2 ** 20
+    rows = []
+    insts = gen.suite(p.scale, p.seed)
+    for idx, inst in enumerate(insts):
+        pl = plan(inst.expr, [a.shape for a in inst.tensors], p.optimize)
+        times = {m: [] for m in p.methods}
+        results, status, runs = {}, {}, {}
+        done = set()
+        if p.warmup:                          # untimed first call per method (pydata sparse JIT-compiles)
+            for m in p.methods:
+                t, res, st, run = time_method(m, pl, inst.tensors, tau, cap)
+                status[m] = st
+                if st == "ok" and t > p.budget_s:   # too slow to repeat: its one run is the measurement
+                    times[m].append(t)
+                    results[m], done = res, done | {m}
+                    if run is not None:
+                        runs[m] = run
+        for rep in range(p.max_reps):
+            for m in p.methods:
+                if m in done or status.get(m, "ok") != "ok" or sum(times[m]) > p.budget_s:
+                    continue
+                t, res, st, run = time_method(m, pl, inst.tensors, tau, cap)
+                status[m] = st
+                if st == "ok":
+                    times[m].append(t)
+                    results.setdefault(m, res)
+                    if run is not None:
+                        runs.setdefault(m, run)
+        ref = None
+        for m in ("dense", "numpy_oe", "coo"):
+            if m in results:
+                ref = _as_dense(results[m])
+                break
+        row = {"instance": inst.name, "family": inst.family, "n_tensors": len(inst.tensors),
+               "largest_dense_intermediate": pl.largest_intermediate, "steps": len(pl.path)}
+        correct = True
+        for m in p.methods:
+            t = float(np.median(times[m])) if times[m] else (math.inf if status.get(m) == "exceeded" else math.nan)
+            row[f"{m}_s"] = t
+            row[f"{m}_status"] = status.get(m, "not run")
+            if m in results:
+                ok = _matches(results[m], inst, ref)
+                row[f"{m}_correct"] = ok
+                correct &= ok
+        h = runs.get("hybrid") or runs.get("coo")
+        if h is not None:
+            mn, avg = h.densities()
+            row.update(min_density=mn, avg_density=avg)
+        hy = runs.get("hybrid")
+        row["hybrid_switched_at"] = -1 if hy is None or hy.switched_at is None else hy.switched_at
+        row["hybrid_switch_reason"] = None if hy is None else hy.switch_reason
+        best_static = min(row["dense_s"], row["coo_s"])
+        row["hybrid_over_best_static"] = _ratio(row["hybrid_s"], best_static)
+        row["dense_over_coo"] = _ratio(row["dense_s"], row["coo_s"])
+        libs = [row[f"{m}_s"] for m in p.methods if m in LIBRARIES and row[f"{m}_s"] == row[f"{m}_s"]]
+        row["hybrid_over_best_library"] = _ratio(row["hybrid_s"], min(libs)) if libs else math.nan
+        row["correct"] = correct
+        rows.append(row)
+        ctx.progress(idx + 1, len(insts), ratio=row["hybrid_over_best_static"])
+    hr = np.array([r["hybrid_over_best_static"] for r in rows], float)
+    finite = hr[np.isfinite(hr)]
+    d_over_c = np.array([r["dense_over_coo"] for r in rows], float)
+    m = {"instances": float(len(rows)),
+         "dense_loses_3x": float((d_over_c >= 3).sum()),
+         "coo_loses_3x": float((d_over_c <= 1 / 3).sum()),
+         "hybrid_within_1_25": float((hr <= 1.25).mean()),
+         "hybrid_geomean_over_best": float(np.exp(np.log(finite).mean())) if len(finite) else math.nan,
+         "hybrid_worst_over_best": float(hr.max()),
+         "all_correct": float(all(r["correct"] for r in rows)),
+         "dense_exceeded": float(sum(r["dense_status"] == "exceeded" for r in rows)),
+         "tau": tau,
+         "hybrid_switched": float(sum(r["hybrid_switched_at"] >= 0 for r in rows))}
+    for lib in LIBRARIES:                    # instances each library finished (0 when not requested)
+        m[f"{lib}_ran"] = float(sum(r.get(f"{lib}_status") == "ok" for r in rows))
+    lib_ratios = np.array([r["hybrid_over_best_library"] for r in rows], float)
+    lib_ratios = lib_ratios[np.isfinite(lib_ratios) & (lib_ratios > 0)]
+    if len(lib_ratios):
+        m["hybrid_geomean_over_best_library"] = float(np.exp(np.log(lib_ratios).mean()))
+    return Result(metrics=m, tables={"suite": rows}, info={"tau": tau, "tau_source": tau_src, "cap_bytes": cap},
+                  files={"plots/suite_ratios.png": _suite_png(rows)})
+
+
+def _suite_png(rows) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    names = [r["instance"] for r in rows]
+    x = np.arange(len(rows))
+    for key, mk in (("dense_s", "s"), ("coo_s", "^"), ("hybrid_s", "o")):
+        best = np.array([min(r["dense_s"], r["coo_s"]) for r in rows])
+        y = np.array([r[key] for r in rows]) / best
+        y = np.where(np.isfinite(y), y, 1e3)
+        ax.scatter(x, y, marker=mk, s=18, label=key[:-2] + " / best static (1e3 = exceeded)")
+    ax.axhline(1.25, color="grey", ls=":", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels(names, rotation=90, fontsize=6)
+    ax.set_ylabel("time / min(dense, COO)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# ------------------------------------------------------------------------------------------ gap
+@dataclass
+class GapParams:
+    family: Literal["grid_eq", "chain_eq"] = "grid_eq"
+    n_values: list[int] = field(default_factory=lambda: [8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 29, 30, 32, 36,
+                                                         40])
+    memory_cap_mib: float = 256.0             # dense runs past this are reported as exceeded
+    report_cap_bytes: float = 4e9             # "dense exceeds 4 GB before n = 30": judged from the path
+    reps: int = 3
+    tau: float | None = None
+
+    def check(self):
+        require(len(self.n_values) >= 3 and all(3 <= n <= 60 for n in self.n_values), "n_values", self.n_values,
+                "at least 3 sizes in [3, 60]")
+        require(self.memory_cap_mib > 0, "memory_cap_mib", self.memory_cap_mib, "a positive number of MiB")
+        require(self.reps >= 1, "reps", self.reps, "a positive integer")
+
+
+def _slope(x, y) -> float:
+    return float(np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)[0]) if len(x) >= 2 else math.nan
+
+
+@technique("einsum_gap", family="algorithms", params=GapParams,
+           summary="Exponential gap: GRID-EQ(n) / equality chains, dense intermediates ~2^n vs COO polynomial.")
+def run_einsum_gap(p: GapParams, ctx) -> Result:
+    torch.set_num_threads(1)
+    tau, _ = _tau(ctx, p.tau)
+    cap = p.memory_cap_mib * 2 ** 20
+    make = gen.grid_eq if p.family == "grid_eq" else gen.chain_eq
+    rows = []
+    for i, n in enumerate(p.n_values):
+        inst = make(n)
+        pl = plan(inst.expr, [a.shape for a in inst.tensors])
+        row = {"n": n, "largest_dense_intermediate": pl.largest_intermediate,
+               "dense_peak_bytes_path": pl.largest_intermediate * 8}
+        for m in OURS:
+            ts, st, run, res = [], "ok", None, None
+            for _ in range(p.reps):
+                t, res_, st, run_ = time_method(m, pl, inst.tensors, tau, cap)
+                if st != "ok":
+                    break
+                ts.append(t)
+                run, res = run_ or run, res_ if res is None else res
+                if t > 5:
+                    break
+            row[f"{m}_s"] = float(np.median(ts)) if ts else math.inf
+            row[f"{m}_status"] = st
+            if run is not None:
+                row[f"{m}_peak_bytes"] = run.peak_bytes
+            if res is not None:
+                row[f"{m}_correct"] = _matches(res, inst, None)
+        rows.append(row)
+        ctx.progress(i + 1, len(p.n_values), n=n)
+    ok_d = [r for r in rows if r["dense_status"] == "ok"]
+    ok_c = [r for r in rows if r["coo_status"] == "ok"]
+    at = {r["n"]: r for r in rows}
+    m = {"dense_log2_growth_per_n": _slope([r["n"] for r in ok_d], [math.log2(r["dense_peak_bytes"]) for r in ok_d]),
+         "coo_poly_exponent": _slope([math.log(r["n"]) for r in ok_c], [math.log(r["coo_s"]) for r in ok_c]),
+         "coo_max_peak_nnz_bytes": max((r.get("coo_peak_bytes", 0) for r in ok_c), default=math.nan),
+         "dense_first_exceeded_n": float(min((r["n"] for r in rows if r["dense_status"] == "exceeded"), default=math.inf)),
+         "dense_4gb_first_n": float(min((r["n"] for r in rows if r["dense_peak_bytes_path"] > p.report_cap_bytes),
+                                        default=math.inf)),
+         "coo_largest_n_done": float(max((r["n"] for r in ok_c), default=math.nan)),
+         "all_correct": float(all(r.get(f"{mm}_correct", True) for r in rows for mm in OURS))}
+    for n in (20, 24, 26):                   # dense past the memory cap counts as infinitely slower
+        if n in at and at[n]["coo_status"] == "ok" and at[n]["dense_status"] in ("ok", "exceeded"):
+            m[f"coo_speedup_n{n}"] = at[n]["dense_s"] / at[n]["coo_s"]
+            m[f"hybrid_speedup_n{n}"] = at[n]["dense_s"] / at[n]["hybrid_s"]
+    last = max(ok_c, key=lambda r: r["n"]) if ok_c else None
+    if last is not None:
+        m["coo_s_at_largest_n"] = last["coo_s"]
+    series = {"dense_s": ([r["n"] for r in ok_d], [r["dense_s"] for r in ok_d]),
+              "coo_s": ([r["n"] for r in ok_c], [r["coo_s"] for r in ok_c]),
+              "hybrid_s": ([r["n"] for r in rows if r["hybrid_status"] == "ok"],
+                           [r["hybrid_s"] for r in rows if r["hybrid_status"] == "ok"])}
+    return Result(metrics=m, series=series, tables={"gap": rows}, files={f"plots/gap_{p.family}.png": _gap_png(rows, p.family)})
+
+
+def _gap_png(rows, family) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for m, mk in (("dense", "s-"), ("coo", "^-"), ("hybrid", "o--")):
+        pts = [(r["n"], r[f"{m}_s"]) for r in rows if r[f"{m}_status"] == "ok"]
+        if pts:
+            ax.plot(*zip(*pts), mk, ms=4, label=f"{m} time (s)")
+    ex = [r["n"] for r in rows if r["dense_status"] == "exceeded"]
+    if ex:
+        ax.axvline(min(ex) - 0.5, color="red", ls=":", lw=1, label="dense: memory cap exceeded")
+    ax.set_yscale("log")
+    ax.set_xlabel("n")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"{family}(n): dense vs COO vs hybrid")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
