@@ -11,7 +11,6 @@ probability.
 """
 from __future__ import annotations
 
-import io
 import math
 import time
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from components.federated.pool import HostPool
 from components.federated.server import History, run_federation
 from components.federated.strategy import FLConfig, make_strategy, strategy_options_class
 from components.models.small_nets import PRIVATE_ARCHS
+from components.core.plotting import fig_png
 
 
 @dataclass
@@ -238,8 +238,4 @@ def _plot_acc_vs_p(rows, xs, ys, title: str) -> bytes:
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
+    return fig_png(fig, dpi=100)

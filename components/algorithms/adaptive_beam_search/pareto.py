@@ -1,10 +1,10 @@
 """Recall-vs-cost curves: Pareto front and log-linear interpolation at a target recall."""
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
+from components.core.plotting import fig_png
 
 
 def front(cost: list[float], recall: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -73,8 +73,4 @@ def pareto_png(curves: dict[str, tuple[list[float], list[float]]], title: str, t
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return fig_png(fig, dpi=110)

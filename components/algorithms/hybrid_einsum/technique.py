@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import io
 import math
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from components.algorithms.hybrid_einsum.coo import COO, MemoryCapExceeded
 from components.algorithms.hybrid_einsum.engine import contract
 from components.algorithms.hybrid_einsum.expression import plan
 from components.core.errors import require
+from components.core.plotting import fig_png
 from components.core.registry import technique
 from components.core.result import Result
 from components.data import einsum_instances as gen
@@ -218,11 +218,7 @@ def _suite_png(rows) -> bytes:
     ax.set_ylabel("time / min(dense, COO)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return fig_png(fig, dpi=110)
 
 
 # ------------------------------------------------------------------------------------------ gap
@@ -323,8 +319,4 @@ def _gap_png(rows, family) -> bytes:
     ax.set_title(f"{family}(n): dense vs COO vs hybrid")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return fig_png(fig, dpi=110)

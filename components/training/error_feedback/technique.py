@@ -12,6 +12,7 @@ import numpy as np
 from components.compression import make_compressor
 from components.core.errors import ConfigError, require
 from components.core.netsim import Link
+from components.core.plotting import fig_png, figure
 from components.core.raytools import RemoteObjects, start_nodes
 from components.core.registry import prepare_step, technique
 from components.core.result import Result
@@ -262,30 +263,21 @@ class GridParams:
            summary="Checks the paper's theorem numerically: rho_CGD < rho* (EF/EF21) on a (kappa, eps) grid, "
                    "and rho* -> the GD rate as eps -> 0.")
 def run_theory_grid(p: GridParams, ctx) -> Result:
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     kappas = np.geomspace(p.kappa_min, p.kappa_max, p.n_kappa)
     epss = np.linspace(p.eps_min, p.eps_max, p.n_eps)
     gap = theory.grid_gap(kappas, epss)
     gd_limit = max(abs(theory.rho_star(k, 1.0, 1e-14) - theory.rho_gd(k, 1.0)) for k in kappas)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, axes = figure(6, 4)
+    ax = axes[0, 0]
     im = ax.pcolormesh(epss, kappas, np.log10(np.maximum(gap, 1e-16)), shading="auto")
     ax.set_yscale("log")
     ax.set_xlabel("eps (compressor contraction)")
     ax.set_ylabel("kappa = L / mu")
     ax.set_title("log10(rho* - rho_CGD): EF/EF21 tight rate minus CGD's")
     fig.colorbar(im)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
+    png = fig_png(fig, dpi=110)
     i, j = np.unravel_index(np.argmin(gap), gap.shape)
     return Result(metrics={"min_gap": float(gap.min()), "share_positive": float((gap > 0).mean()),
                            "gd_limit_err": float(gd_limit), "grid_points": float(gap.size)},
                   info={"argmin": {"kappa": float(kappas[i]), "eps": float(epss[j])}},
-                  files={"plots/rate_gap.png": buf.getvalue()})
+                  files={"plots/rate_gap.png": png})
