@@ -38,9 +38,9 @@ def kl_to(target_logits: torch.Tensor, logits: torch.Tensor, T: float) -> torch.
     return F.kl_div(F.log_softmax(logits / T, 1), F.softmax(target_logits.detach() / T, 1), reduction="batchmean")
 
 
-class FML(Strategy):
-    name = "fml"
-    Options = FMLOptions
+class SharedAuxStrategy(Strategy):
+    """Server half shared by FML and PHP-FL: one small auxiliary model, FedAvg'ed across the
+    participants; each client keeps its private model and a local copy of the auxiliary one."""
 
     def init_global(self, seed: int) -> None:
         self.global_state = state_of(seeded(lambda: make_aux(self.fl.aux_hidden), seed))
@@ -55,6 +55,11 @@ class FML(Strategy):
     def init_client(self, client: Client) -> None:
         client.models["private"] = seeded(lambda: make_private(client.arch, self.fl.emb_dim), client.seed)
         client.models["aux"] = seeded(lambda: make_aux(self.fl.aux_hidden), client.seed + 7919)
+
+
+class FML(SharedAuxStrategy):
+    name = "fml"
+    Options = FMLOptions
 
     def fit(self, client: Client, payload, rnd):
         priv, meme = client.models["private"], client.models["aux"]

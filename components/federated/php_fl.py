@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 
 from components.core.errors import require
-from components.federated.client import Client, seeded, sgd_epochs
-from components.federated.fml import kl_to
-from components.federated.strategy import Strategy, state_of, weighted_average
-from components.models.small_nets import make_aux, make_private
+from components.federated.client import Client, sgd_epochs
+from components.federated.fml import SharedAuxStrategy, kl_to
+from components.federated.strategy import state_of
+from components.models.small_nets import make_aux
 
 
 @dataclass
@@ -88,23 +88,12 @@ def ispu_merge(local: torch.nn.Module, global_state: dict, scores: dict[str, tor
     return kept
 
 
-class PHPFL(Strategy):
+class PHPFL(SharedAuxStrategy):
     name = "php_fl"
     Options = PHPFLOptions
 
-    def init_global(self, seed: int) -> None:
-        self.global_state = state_of(seeded(lambda: make_aux(self.fl.aux_hidden), seed))
-
-    def payload(self, rnd):
-        return self.global_state
-
-    def aggregate(self, uploads, rnd):
-        if uploads:
-            self.global_state = weighted_average([u for _, u in uploads], [n for n, _ in uploads])
-
     def init_client(self, client: Client) -> None:
-        client.models["private"] = seeded(lambda: make_private(client.arch, self.fl.emb_dim), client.seed)
-        client.models["aux"] = seeded(lambda: make_aux(self.fl.aux_hidden), client.seed + 7919)
+        super().init_client(client)
         client.state["ens_logit"] = torch.zeros((), requires_grad=True)   # w = sigmoid(0) = 0.5
 
     def receive(self, client: Client, payload: dict, rnd: int) -> None:
