@@ -1,0 +1,1 @@
+"""Serving family: model deployments on Ray Serve, request controllers, cost accounting."""
