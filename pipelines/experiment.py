@@ -10,7 +10,7 @@ An experiment config (conf/experiment/NAME.yaml) holds::
     variants:  {vname: {technique: registered_name, role: technique|baseline, params: {...}}}
     claims:    {cname: {holds: "expr", paper: "...", measured: "expr", gate: true}}
     report:    {baseline: vname, table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
-    debug:     {dotted.key: value}    # the tiny flavour, applied when debug=true
+    debug:     {dotted.key: value}    # the tiny flavour, applied when debug=true; variants.X: null drops X
 
 :func:`build_spec` turns that into an :class:`ExperimentSpec` or raises ConfigError.
 """
@@ -78,10 +78,20 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+def debug_dropped(exp: dict) -> set[str]:
+    """Variants the ``debug`` block drops with ``variants.NAME: null`` (claims on them show "not run")."""
+    return {str(k).split(".", 1)[1] for k, v in (exp.get("debug") or {}).items()
+            if v is None and str(k).startswith("variants.") and str(k).count(".") == 1}
+
+
 def apply_debug(exp: dict) -> dict:
-    """Apply the experiment's ``debug`` block (dotted keys) to a copy of it."""
+    """Apply the experiment's ``debug`` block (dotted keys) to a copy of it; ``variants.X: null``
+    marks variant X to be skipped (see :func:`debug_dropped`), it does not erase its definition."""
     exp = copy.deepcopy(exp)
+    dropped = debug_dropped(exp)
     for dotted, value in (exp.get("debug") or {}).items():
+        if value is None and str(dotted).split(".", 1)[-1] in dropped and str(dotted).startswith("variants."):
+            continue
         node = exp
         parts = str(dotted).split(".")
         for p in parts[:-1]:
@@ -98,7 +108,12 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None) ->
     unknown = sorted(set(exp) - _TOP_KEYS)
     if unknown:
         raise ConfigError(f"experiment.{unknown[0]}", exp[unknown[0]], "unknown key; allowed: " + ", ".join(sorted(_TOP_KEYS)))
+    dropped: set[str] = set()
     if debug:
+        dropped = debug_dropped(exp)
+        unknown_drop = sorted(dropped - set(exp.get("variants") or {}))
+        if unknown_drop:
+            raise ConfigError(f"experiment.debug.variants.{unknown_drop[0]}", None, "a variant of this experiment to drop")
         exp = apply_debug(exp)
     name = exp.get("name")
     require(isinstance(name, str) and name, "experiment.name", name, "a non-empty string")
@@ -157,7 +172,7 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None) ->
                 tech.validate(parsed, exp)
             except ConfigError as e:
                 raise ConfigError(e.key if e.key.startswith("experiment.") else f"{key}.params.{e.key}", e.value, e.allowed) from None
-        if only and vname not in only:
+        if (only and vname not in only) or vname in dropped:
             continue
         variants.append(VariantSpec(vname, tech.name, role, tech.family, raw, parsed))
 
