@@ -17,6 +17,7 @@ import os
 import socket
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -429,6 +430,26 @@ def validate(cfg: dict) -> ExperimentSpec:
 
 
 # ----------------------------------------------------------------------------------------- entry
+def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str]:
+    """Create the experiment's parent run with its tags, params and config; (experiment id, run id)."""
+    exp_id = tracker.experiment_id(spec.name)
+    run_name = f"{spec.name}{'-debug' if cfg.get('debug') else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
+    parent_id = tracker.start_run(exp_id, run_name, tags={
+        PARENT_TAG: "parent", "experiment": spec.name, "family": spec.family, "debug": str(bool(cfg.get("debug"))),
+        "host": socket.gethostname(), "hydra.job": str(cfg.get("_job", "")),
+        "report.baseline": spec.report.get("baseline") or "",
+        **({"mlflow.parentRunId": cfg["sweep_run_id"], "dtlab.sweep_run_id": cfg["sweep_run_id"],
+            "optuna.trial": str(cfg.get("sweep_trial"))} if cfg.get("sweep_run_id") else {})})
+    try:
+        tracker.log_params(parent_id, {"experiment": spec.raw, "debug": bool(cfg.get("debug")),
+                                       "cluster": cfg["cluster"], "seed": spec.seed})
+        tracker.log_text(parent_id, _yaml({k: v for k, v in cfg.items() if k != "hydra"}), "config.yaml")
+    except BaseException as e:
+        tracker.end(parent_id, "FAILED", error=_error_text(e))
+        raise
+    return exp_id, parent_id
+
+
 def run(cfg: dict, console=None) -> RunOutcome:
     """Run one experiment invocation end to end. ``cfg`` is the resolved config as plain Python."""
     from components.core.raytools import init_ray
@@ -440,21 +461,23 @@ def run(cfg: dict, console=None) -> RunOutcome:
     uri = resolve_tracking_uri(cfg["tracking"].get("uri"))
     tracker = _TimedTracker(Tracker(uri))
     tracker.check_reachable()
-    ray_info = init_ray(cfg["cluster"])
-    exp_id = tracker.experiment_id(spec.name)
-    run_name = f"{spec.name}{'-debug' if cfg.get('debug') else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
-    parent_id = tracker.start_run(exp_id, run_name, tags={
-        PARENT_TAG: "parent", "experiment": spec.name, "family": spec.family, "debug": str(bool(cfg.get("debug"))),
-        "host": socket.gethostname(), "ray.dashboard": ray_info.get("dashboard_url") or "",
-        "hydra.job": str(cfg.get("_job", "")), "report.baseline": spec.report.get("baseline") or "",
-        **({"mlflow.parentRunId": cfg["sweep_run_id"], "dtlab.sweep_run_id": cfg["sweep_run_id"],
-            "optuna.trial": str(cfg.get("sweep_trial"))} if cfg.get("sweep_run_id") else {})})
+    # MLflow set-up (store migration, parent run, params) overlaps Ray start-up: both take seconds.
+    with ThreadPoolExecutor(1, thread_name_prefix="dtlab-mlflow") as pool:
+        opening = pool.submit(_open_parent_run, tracker, spec, cfg)
+        try:
+            ray_info = init_ray(cfg["cluster"])
+        except BaseException as e:
+            try:
+                tracker.end(opening.result()[1], "FAILED", error=_error_text(e))
+            except Exception:
+                pass
+            raise
+        exp_id, parent_id = opening.result()
+    if ray_info.get("dashboard_url"):
+        tracker.set_tags(parent_id, {"ray.dashboard": ray_info["dashboard_url"]})
     open_runs = {parent_id}
     timings: dict[str, float] = {"ray_init_s": ray_info["ray_init_s"]}
     try:
-        tracker.log_params(parent_id, {"experiment": spec.raw, "debug": bool(cfg.get("debug")),
-                                       "cluster": cfg["cluster"], "seed": spec.seed})
-        tracker.log_text(parent_id, _yaml({k: v for k, v in cfg.items() if k != "hydra"}), "config.yaml")
         t0 = time.perf_counter()
         inputs, cache_status, prep_compute = prepare(spec, runs_dir, tracker, parent_id, console)
         timings["prepare_s"] = time.perf_counter() - t0
