@@ -187,7 +187,8 @@ def _log_child(tracker, o: VariantOutcome, v, max_points: int | None) -> None:
     res = o.result
     assert res is not None
     metrics = res.clean_metrics()
-    metrics["wall_s"] = o.wall_s
+    metrics["variant_wall_s"] = o.wall_s
+    metrics.setdefault("wall_s", o.wall_s)  # a technique's own wall_s (e.g. per request) wins
     tracker.log_metrics(o.run_id, metrics)
     full = {}
     for name in res.series:

@@ -65,7 +65,11 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        return 0 if self.k[0] is None else self.k[0].shape[2]
+        """Positions cached, as seen before a forward pass (layer 0 is extended first)."""
+        return self.layer_length(0)
+
+    def layer_length(self, layer: int) -> int:
+        return 0 if self.k[layer] is None else self.k[layer].shape[2]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.k[layer] is not None:
@@ -101,7 +105,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, self.n_head, self.d_head).transpose(1, 2) for t in (q, k, v))
         past = 0
         if cache is not None:
-            past = cache.length
+            past = cache.layer_length(layer)  # not cache.length: layer 0 was already extended
             k, v = cache.append(layer, k, v)
         drop = self.dropout if self.training else 0.0
         if past == 0:

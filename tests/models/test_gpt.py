@@ -13,8 +13,9 @@ def _model(**kw):
     return m
 
 
-def test_incremental_cache_matches_full_forward():
-    m = _model()
+@pytest.mark.parametrize("n_layer", [1, 3])
+def test_incremental_cache_matches_full_forward(n_layer):
+    m = _model(n_layer=n_layer)
     idx = torch.randint(0, 11, (2, 20))
     full = m(idx)
     cache = m.new_cache()
@@ -24,7 +25,7 @@ def test_incremental_cache_matches_full_forward():
 
 
 def test_crop_rolls_back_the_cache():
-    m = _model()
+    m = _model(n_layer=2)
     idx = torch.randint(0, 11, (1, 12))
     cache = m.new_cache()
     m(idx[:, :10], cache=cache)

@@ -1,0 +1,15 @@
+"""Gatekeeper (arXiv 2502.19335): confidence tuning of the small model in a deferral cascade.
+
+- :mod:`.loss`       the Gatekeeper loss: alpha * CE on correct + (1 - alpha) * KL(p || U) on incorrect, both / N
+- :mod:`.metrics`    deferral curves (real, random, ideal), s_d, s_o, AUROC, joint accuracy at r, cost
+- :mod:`.digits`     corrupted load_digits, the small MLP and the large CNN, training, temperature scaling
+- :mod:`.prepare`    prepare step ``gatekeeper_digits`` (per seed: split, stage-1 small model, large model)
+- :mod:`.cascade`    one arm on one seed (untuned / ce_continued / temperature / gatekeeper) and its scoring
+- :mod:`.technique`  techniques ``gatekeeper``, ``cascade_baseline``, ``gatekeeper_alpha_sweep`` (trade-off plot)
+- :mod:`.lm`         technique ``gatekeeper_lm``: the LM cascade on the reasoning task (per-token stage 2)
+- :mod:`.serving`    Ray Serve deployments: the small deployment answers or forwards to the large one
+- :mod:`.served`     technique ``gatekeeper_served``: the cascade deployed, checked against offline, load-tested
+- :mod:`.sweep_plot` reads an alpha multirun from MLflow and plots the trade-off
+
+Experiment: ``conf/experiment/gatekeeper.yaml``; benchmark: ``benchmarks/bench_gatekeeper.py``.
+"""

@@ -1,0 +1,221 @@
+"""Gatekeeper on an LM cascade: the reasoning task's small GPT defers whole problems to the base GPT.
+
+Models come from specreason's prepare step ``reasoning_lms`` (a small 2L/d32 and a base 2L/d96
+char GPT trained on the arithmetic-chain task of :mod:`components.data.reasoning`). Stage 2
+fine-tunes the SMALL model only, per token (a token is correct when its argmax equals the target;
+loss on solution tokens only, N = number of solution tokens in the batch), on freshly sampled
+training chains (held-out problems excluded), for a fixed number of steps. Arms, as for digits:
+``untuned`` (as trained), ``ce_continued`` (same steps, plain token CE), ``gatekeeper`` (alpha).
+
+Cascade: the small model decodes its chain of thought greedily; sequence confidence g = mean
+(or min) over its generated tokens of the token max-probability. Deferred problems are solved by
+the base model. Correctness = the exact final answer. Validation and test problems are disjoint
+slices of the held-out set; tau comes from validation. Cost is simulated per token with
+``lm_costs`` (prefill + decode of the small model always, of the base model when deferred).
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from components.core.errors import require
+from components.core.registry import technique
+from components.core.result import Result
+from components.data import reasoning as R
+from components.serving.cost import Usage
+from components.serving.gatekeeper.cascade import mean_se, paired
+from components.serving.gatekeeper.loss import gatekeeper_loss
+from components.serving.gatekeeper.metrics import evaluate_cascade
+
+
+def lm_batch(rng: np.random.Generator, n: int, level: str, excluded: set[str], style_b: float = 0.5, flip: float = 0.2):
+    """(inputs, targets, solution mask) for ``n`` fresh chains; the loss covers solution tokens only."""
+    texts = []
+    while len(texts) < n:
+        p = R.sample_problem(rng, level)
+        if p.text in excluded:
+            continue
+        texts.append((p.text + "".join(R.solution(p, R.sample_forms(rng, len(p.ops), style_b, flip))), len(p.text)))
+    T = max(len(t) for t, _ in texts)
+    x = np.full((n, T), R.PAD_ID, dtype=np.int64)
+    mask = np.zeros((n, T - 1), dtype=bool)
+    for i, (t, start) in enumerate(texts):
+        x[i, :len(t)] = R.encode(t)
+        mask[i, start - 1:len(t) - 1] = True
+    xt = torch.from_numpy(x)
+    return xt[:, :-1], xt[:, 1:], torch.from_numpy(mask)
+
+
+def finetune(model, method: str, alpha: float, steps: int, batch: int, lr: float, seed: int, level: str,
+             excluded: set[str], style_b: float = 0.5, flip: float = 0.2) -> list[float]:
+    """Stage 2 on the small LM: ``gatekeeper`` (per-token loss) or ``ce_continued`` (token CE)."""
+    require(method in ("gatekeeper", "ce_continued"), "method", method, "gatekeeper or ce_continued")
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    model.train()
+    losses = []
+    for _ in range(steps):
+        x, y, m = lm_batch(rng, batch, level, excluded, style_b, flip)
+        logits = model(x)
+        if method == "gatekeeper":
+            loss = gatekeeper_loss(logits, y, alpha, mask=m)
+        else:
+            ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+            loss = (ce * m.reshape(-1)).sum() / m.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def greedy_answers(model, problems: list, chunk: int = 256) -> dict[str, np.ndarray]:
+    """Batched greedy chains of thought (full recompute per token; prompts of one level share a
+    length). Returns correctness, mean/min token max-prob, generated and prompt token counts."""
+    ctxlen = model.cfg.context
+    ok, cmean, cmin, ngen, nprompt = [], [], [], [], []
+    for s in range(0, len(problems), chunk):
+        part = problems[s:s + chunk]
+        prompts = [R.encode(p.text) for p in part]
+        require(len({len(q) for q in prompts}) == 1, "problems", "mixed prompt lengths", "problems of one level")
+        ids = torch.tensor(prompts)
+        B, T0 = ids.shape
+        done = torch.zeros(B, dtype=torch.bool)
+        maxp = torch.zeros(B, ctxlen)
+        count = torch.zeros(B)
+        while ids.shape[1] < ctxlen and not done.all():
+            p = torch.softmax(model(ids)[:, -1].float(), -1)
+            conf, nxt = p.max(-1)
+            live = ~done
+            maxp[live, count[live].long()] = conf[live]
+            count += live.float()
+            nxt = torch.where(done, torch.full_like(nxt, R.PAD_ID), nxt)
+            ids = torch.cat([ids, nxt[:, None]], 1)
+            done |= nxt == R.STOP_ID
+        for i, prob in enumerate(part):
+            n = int(count[i])
+            text = R.decode(ids[i, T0:T0 + n].tolist())
+            ok.append(R.final_answer(R.split_steps(text)) == prob.answer)
+            cmean.append(float(maxp[i, :n].mean()) if n else 0.0)
+            cmin.append(float(maxp[i, :n].min()) if n else 0.0)
+            ngen.append(n)
+            nprompt.append(T0)
+    return {"ok": np.array(ok), "conf_mean": np.array(cmean), "conf_min": np.array(cmin),
+            "n_gen": np.array(ngen), "n_prompt": np.array(nprompt)}
+
+
+@dataclass
+class LMCascadeParams:
+    method: str = "gatekeeper"          # untuned | ce_continued | gatekeeper
+    alpha: float = 0.5
+    steps: int = 300                    # stage-2 optimizer steps (equal for every fine-tuned arm)
+    batch: int = 32
+    lr: float = 5e-4
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    n_val: int = 300
+    n_test: int = 500
+    seq_conf: str = "mean"              # mean | min of the token max-probabilities
+    style_b: float = 0.5                # surface-form mix of the stage-2 chains: must equal the prepare
+    flip: float = 0.2                   # step's small_style_b / small_flip (checked), i.e. S's training mix
+    ratios: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3])
+    paired_control: bool = True         # gatekeeper: also run ce_continued on the same seeds
+
+    def check(self):
+        require(self.method in ("untuned", "ce_continued", "gatekeeper"), "method", self.method,
+                "untuned, ce_continued or gatekeeper")
+        require(0 < self.alpha < 1, "alpha", self.alpha, "a weight in (0, 1)")
+        require(self.steps >= 1 and self.batch >= 1 and self.lr > 0, "steps", self.steps, "positive steps, batch, lr")
+        require(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds", self.seeds, "distinct seeds")
+        require(self.n_val >= 10 and self.n_test >= 10, "n_val", (self.n_val, self.n_test), "at least 10 problems each")
+        require(self.seq_conf in ("mean", "min"), "seq_conf", self.seq_conf, "mean or min")
+        require(self.ratios and all(0 < r < 1 for r in self.ratios), "ratios", self.ratios, "deferral ratios in (0, 1)")
+
+
+def _needs_lms(p: LMCascadeParams, exp: dict) -> None:
+    steps = {s.get("step"): s.get("params") or {} for s in (exp.get("prepare") or {}).values() if isinstance(s, dict)}
+    require("reasoning_lms" in steps, "experiment.prepare", list(steps), "a prepare entry with step: reasoning_lms")
+    from components.serving.reasoning_lms import ReasoningLMParams
+
+    lp = steps["reasoning_lms"]
+    n_heldout = int(lp.get("n_heldout", ReasoningLMParams.n_heldout))
+    for mine, theirs in (("style_b", "small_style_b"), ("flip", "small_flip")):
+        want = float(lp.get(theirs, getattr(ReasoningLMParams, theirs)))
+        require(getattr(p, mine) == want, mine, getattr(p, mine),
+                f"{want} (the small model's training mix: prepare reasoning_lms {theirs})")
+    require(p.n_val + p.n_test <= n_heldout, "n_test", p.n_val + p.n_test,
+            f"n_val + n_test <= the prepare step's n_heldout={n_heldout} (never-trained problems)")
+
+
+def _lms(ctx) -> dict:
+    for v in ctx.inputs.values():
+        if isinstance(v, dict) and "small" in v and "base" in v and "heldout_seed" in v:
+            return v
+    require(False, "prepare", list(ctx.inputs), "a prepare entry with step: reasoning_lms")
+
+
+def _arm(lms: dict, method: str, p: LMCascadeParams, seed: int, val, test, large: dict, costs) -> dict:
+    from components.serving.reasoning_lms import load_lm
+
+    small = load_lm(lms, "small")
+    excluded = {q.text for q in R.held_out_problems(lms["n_heldout"], lms["level"], lms["heldout_seed"])}
+    if method != "untuned":
+        finetune(small, method, p.alpha, p.steps, p.batch, p.lr, 10_000 + seed, lms["level"], excluded, p.style_b, p.flip)
+    sv, st = greedy_answers(small, val), greedy_answers(small, test)
+    key = f"conf_{p.seq_conf}"
+    rep = evaluate_cascade(sv[key], st[key], st["ok"], large["ok"], tuple(p.ratios))
+    usage_small = Usage()
+    usage_small.charge("small", prefill=int(st["n_prompt"].sum()), decode=int(st["n_gen"].sum()), calls=len(test))
+    c_small = usage_small.sim_latency_s(costs) / len(test)
+    per_large = (costs["base"].seconds(prefill=1) * large["n_prompt"] + costs["base"].seconds(decode=1) * large["n_gen"]
+                 + costs["base"].call_s)
+    c_large = float(per_large.mean())
+    m = rep.metrics(c_small, c_large)
+    for k in [k for k in m if k.startswith("cost_")]:
+        m[k.replace("cost_", "cost_rel_")] = m[k] / c_large
+    m["small_tokens_per_problem"] = float(st["n_gen"].mean())
+    return m | {"_rep": rep}
+
+
+@technique("gatekeeper_lm", family="serving", params=LMCascadeParams, validate=_needs_lms,
+           summary="Gatekeeper on an LM cascade (reasoning task): per-token stage-2 fine-tuning of the small GPT, "
+                   "sequence confidence = mean token max-prob, deferral of whole problems to the base GPT.")
+def run_gatekeeper_lm(p: LMCascadeParams, ctx) -> Result:
+    from components.serving.gatekeeper.cascade import mean_curve
+    from components.serving.gatekeeper.technique import curve_png
+    from components.serving.reasoning_lms import lm_costs, load_lm
+
+    torch.set_num_threads(1)
+    lms = _lms(ctx)
+    held = R.held_out_problems(p.n_val + p.n_test, lms["level"], lms["heldout_seed"])
+    val, test = held[:p.n_val], held[p.n_val:]
+    costs = lm_costs(lms)
+    large = greedy_answers(load_lm(lms, "base"), test)
+    seeds = p.seeds if p.method != "untuned" else p.seeds[:1]      # untuned is deterministic
+    rows, reps, ce_rows = [], [], []
+    for i, seed in enumerate(seeds):
+        m = _arm(lms, p.method, p, seed, val, test, large, costs)
+        reps.append(m.pop("_rep"))
+        rows.append(m)
+        if p.method == "gatekeeper" and p.paired_control:
+            c = _arm(lms, "ce_continued", p, seed, val, test, large, costs)
+            c.pop("_rep")
+            ce_rows.append(c)
+        ctx.progress(i + 1, len(seeds), s_d=m["s_d"])
+    metrics = mean_se(rows)
+    metrics["n_seeds"] = float(len(rows))
+    for k in ("s_d", "s_o", "auroc", "small_acc", "joint_acc_r20"):
+        if ce_rows:
+            metrics[f"{k}_gain"], metrics[f"{k}_gain_se"] = paired([r[k] for r in rows], [r[k] for r in ce_rows])
+    r, curves = mean_curve(reps)
+    return Result(metrics=metrics,
+                  series={"acc_vs_deferral": (r, curves["real"]), "acc_random": (r, curves["random"]),
+                          "acc_ideal": (r, curves["ideal"])},
+                  tables={"per_seed": [row | {"seed": s} for row, s in zip(rows, seeds)]},
+                  info={"method": p.method, "alpha": p.alpha, "seq_conf": p.seq_conf,
+                        "small_stats": lms["small"]["stats"].get("heldout_accuracy"),
+                        "base_stats": lms["base"]["stats"].get("heldout_accuracy")},
+                  files={"plots/deferral_curves.png": curve_png(r, curves, reps, f"LM {p.method}")})

@@ -1,0 +1,116 @@
+"""The Ray Train worker loop: a char-level GPT trained with DDP on gloo, one strategy per method.
+
+Runs every seed of a variant in one TorchTrainer run (one worker group start per variant). Each
+rank samples its own batches (seeded by seed and rank, identical across methods); rank 0 evaluates
+on fixed validation windows and returns per-step series, bytes per path, gloo seconds per path and
+median compute phase times (forward, backward without the hook's collective, optimizer) through a
+small checkpoint (Ray Train V2 returns metrics only with one).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from components.data.char_corpus import sample_batch
+    from components.models.gpt import GPT, GPTConfig, evaluate_loss
+    from components.training.ddp.optim import lr_at
+    from components.training.ddp.strategies import flatten_params, make_strategy
+
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=cfg["vocab_size"], **cfg["model"]))
+    flat = flatten_params(model)
+    ctx_len = cfg["model"]["context"]
+    ddp = DDP(model, bucket_cap_mb=cfg["ddp_bucket_mb"])
+    strat = make_strategy(ddp, {**cfg, "seed": seed}, flat)
+    strat.attach()
+    rng = np.random.default_rng(seed * 10_007 + rank)
+    steps, fail = cfg["steps"], cfg.get("fail_at")
+    fwd, bwd, opt, hook_s = [], [], [], []
+    val_steps, val_loss, train_loss = [], [], []
+    train_s = 0.0
+
+    def evaluate():
+        return evaluate_loss(model, val, ctx_len, cfg["eval_batch"], cfg["eval_batches"], seed=12345)
+
+    for step in range(steps):
+        if fail and rank == fail[0] and step == fail[1]:
+            os._exit(3)  # simulated worker crash (tests): the run must end FAILED, not hang
+        if rank == 0 and cfg["eval_every"] and step % cfg["eval_every"] == 0:
+            val_steps.append(step)
+            val_loss.append(evaluate())
+        lr = lr_at(step, steps, cfg["lr"], cfg["warmup"], cfg["final_lr_frac"])
+        x, y = sample_batch(train, cfg["batch"], ctx_len, rng)
+        fast_before = strat.paths["fast"].seconds
+        exposed_before = strat.exposed_s
+        t0 = time.perf_counter()
+        strat.before_forward(step)
+        t1 = time.perf_counter()
+        _, loss = ddp(x, y)
+        t2 = time.perf_counter()
+        loss.backward()
+        t3 = time.perf_counter()
+        strat.after_backward(step, lr)
+        t4 = time.perf_counter()
+        coll = strat.paths["fast"].seconds - fast_before
+        fwd.append(t2 - t1)
+        bwd.append(t3 - t2 - coll)
+        opt.append(t4 - t3 - (strat.exposed_s - exposed_before) + (t1 - t0))
+        hook_s.append(coll)
+        train_s += t4 - t0
+        train_loss.append(loss.item())
+        for p in ddp.parameters():
+            p.grad = None
+    t0 = time.perf_counter()
+    strat.finish(lr_at(steps - 1, steps, cfg["lr"], cfg["warmup"], cfg["final_lr_frac"]))
+    train_s += time.perf_counter() - t0
+    out = {"seed": seed, "train_s": train_s, "steps": steps,
+           "fwd_s": _median(fwd), "bwd_s": _median(bwd), "opt_s": _median(opt),
+           "n_params": sum(p.numel() for p in model.parameters()),
+           "paths": {k: vars(v).copy() for k, v in strat.paths.items()},
+           "exposed_slow_s": strat.exposed_s}
+    if rank == 0:
+        if cfg["eval_every"]:
+            val_steps.append(steps)
+            val_loss.append(evaluate())
+        out.update(val_steps=val_steps, val_loss=val_loss, train_loss=train_loss,
+                   final_val_loss=evaluate_loss(model, val, ctx_len, cfg["eval_batch"], cfg["final_eval_batches"],
+                                                seed=54321))
+    # every rank holds the same weights after the last update (checked by the tests)
+    out["param_checksum"] = float(sum(float(p.detach().double().sum()) for p in model.parameters()))
+    return out
+
+
+def train_worker(cfg: dict) -> None:
+    """Ray Train entry point (one call per worker)."""
+    import ray.train
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    train = np.asarray(cfg["train"])
+    val = np.asarray(cfg["val"])
+    runs = [run_seed(cfg, s, train, val, rank, world) for s in cfg["seeds"]]
+    gathered = [None] * world
+    dist.all_gather_object(gathered, runs)
+    with tempfile.TemporaryDirectory() as d:
+        ckpt = None
+        if rank == 0:
+            with open(os.path.join(d, "result.json"), "w") as f:
+                json.dump({"ranks": gathered, "world": world}, f)
+            ckpt = ray.train.Checkpoint.from_directory(d)
+        ray.train.report({"done": 1}, checkpoint=ckpt)

@@ -1,0 +1,43 @@
+"""Launch a data-parallel job on Ray Train: TorchTrainer, CPU workers with fractional CPUs, gloo.
+
+A worker that dies ends the job at once (``FailureConfig(max_failures=0)``) and :func:`fit` raises
+:class:`DataParallelFailed` with Ray Train's reason, so the variant's MLflow run ends FAILED.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+class DataParallelFailed(RuntimeError):
+    """The Ray Train run failed (a worker died or raised); the message carries the reason."""
+
+
+def fit(train_fn, config: dict, workers: int, worker_cpus: float, storage: Path, name: str,
+        timeout_s: int = 120) -> dict:
+    """Run ``train_fn(config)`` on ``workers`` gloo workers; returns rank 0's result.json."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    import uuid
+
+    name = f"{name}-{uuid.uuid4().hex[:8]}"  # a fresh run: never resume an old snapshot
+    storage = Path(storage).resolve()
+    storage.mkdir(parents=True, exist_ok=True)
+    trainer = TorchTrainer(
+        train_fn, train_loop_config=config,
+        torch_config=TorchConfig(backend="gloo", timeout_s=timeout_s),
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": worker_cpus}),
+        run_config=RunConfig(name=name, storage_path=str(storage), failure_config=FailureConfig(max_failures=0)))
+    try:
+        result = trainer.fit()
+    except Exception as e:  # TrainingFailedError and friends: keep the reason, one clear type
+        raise DataParallelFailed(f"Ray Train run {name!r} failed: {type(e).__name__}: {e}") from e
+    if getattr(result, "error", None) is not None:
+        raise DataParallelFailed(f"Ray Train run {name!r} failed: {result.error}")
+    if result.checkpoint is None:
+        raise DataParallelFailed(f"Ray Train run {name!r} returned no result checkpoint")
+    with result.checkpoint.as_directory() as d:
+        return json.loads((Path(d) / "result.json").read_text())

@@ -1,0 +1,98 @@
+"""How one data-parallel step turns local gradients into a weight update (the part methods differ in).
+
+A strategy registers its DDP comm hook (``attach``), may launch communication before the forward
+(``before_forward``), applies the update after the backward (``after_backward``) and settles any
+pending state at the end (``finish``). Its ``paths`` map a path name ("fast", "slow") to CommStats.
+:class:`SyncStrategy` covers fp32, plain low-bit, error-feedback low-bit and PowerSGD; DUO lives in
+:mod:`components.training.duo.fast_slow`.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from components.compression.torch_codecs import make_torch_codec
+from components.training.ddp import hooks
+from components.training.ddp.optim import make_optimizer
+
+
+def flatten_params(module: torch.nn.Module) -> torch.Tensor:
+    """Make every parameter a view into one flat fp32 vector (one fused optimizer update per step)."""
+    params = list(module.parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
+    off = 0
+    for p in params:
+        p.data = flat[off:off + p.numel()].view_as(p)
+        off += p.numel()
+    return flat
+
+
+class Strategy:
+    """Holds the model's parameters as one flat vector; the optimizer steps that vector."""
+
+    def __init__(self, ddp, cfg: dict, flat: torch.Tensor):
+        self.ddp = ddp
+        self.cfg = cfg
+        self.module_params = list(ddp.module.parameters())
+        self.flat = flat  # from flatten_params(module), called before wrapping the module in DDP
+        self.offsets = [p.data.storage_offset() for p in self.module_params]
+        decay = torch.cat([torch.full((p.numel(),), cfg["weight_decay"] if p.dim() >= 2 else 0.0)
+                           for p in self.module_params])
+        self.params = [self.flat]
+        self.opt = make_optimizer(cfg["optimizer"], self.params, [decay])
+        self.paths: dict[str, hooks.CommStats] = {}
+        self.exposed_s = 0.0  # communication waited for outside the hook (slow path)
+
+    def attach(self) -> None:
+        raise NotImplementedError
+
+    def before_forward(self, step: int) -> None:
+        pass
+
+    def after_backward(self, step: int, lr: float) -> None:
+        raise NotImplementedError
+
+    def finish(self, lr: float) -> None:
+        pass
+
+    def grads(self) -> list[torch.Tensor]:
+        """The reduced gradient DDP wrote to ``.grad``, as one flat vector (in a one-element list)."""
+        return [torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                           for p in self.module_params])]
+
+
+class SyncStrategy(Strategy):
+    """One synchronous gradient reduction per step through a DDP hook, then an optimizer step."""
+
+    def attach(self):
+        method, cfg = self.cfg["method"], self.cfg
+        if method == "fp32":
+            state = hooks.AllreduceState()
+            self.ddp.register_comm_hook(state, hooks.allreduce_hook)
+        elif method == "powersgd":
+            from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+            inner = PowerSGDState(process_group=None, matrix_approximation_rank=cfg["powersgd_rank"],
+                                  start_powerSGD_iter=cfg["powersgd_start"], use_error_feedback=True,
+                                  warm_start=True, random_seed=cfg["seed"])
+            state = hooks.PowerSGDStats(inner)
+            self.ddp.register_comm_hook(state, hooks.powersgd_hook)
+        elif method in ("plain", "ef"):
+            state = hooks.CodecState(make_torch_codec(cfg["bits"], cfg["bucket"]), error_feedback=method == "ef")
+            self.ddp.register_comm_hook(state, hooks.codec_hook)
+        else:
+            raise ValueError(f"unknown data-parallel method {method!r}")
+        self.paths["fast"] = state.stats
+
+    def after_backward(self, step, lr):
+        self.opt.update(self.params, self.grads(), lr, self.params, write=True)
+
+
+def make_strategy(ddp, cfg: dict, flat: torch.Tensor) -> Strategy:
+    """``cfg['strategy']`` = 'module:Class' (DUO) or absent (SyncStrategy)."""
+    spec = cfg.get("strategy")
+    if not spec:
+        return SyncStrategy(ddp, cfg, flat)
+    mod, cls = spec.split(":")
+    return getattr(importlib.import_module(mod), cls)(ddp, cfg, flat)

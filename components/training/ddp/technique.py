@@ -1,0 +1,193 @@
+"""Registered technique `ddp_train`: data-parallel GPT training on Ray Train (gloo) with the gradient
+sync as a DDP comm hook - fp32 all-reduce, torch's PowerSGD hook, plain low-bit codecs, and
+error-feedback low-bit codecs. The shared parameters and the run/metrics code are reused by `duo`."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from components.compression.torch_codecs import check_codec, make_torch_codec
+from components.core.errors import ConfigError, require
+from components.core.netsim import Link
+from components.core.registry import technique
+from components.core.result import Result
+from components.training.ddp import simtime
+
+
+@dataclass
+class DPParams:
+    """Everything a data-parallel variant may set (shared by ddp_train and duo)."""
+
+    model: str = "small"                 # a size in components.models.gpt.SIZES
+    workers: int = 4                     # Ray Train workers (gloo ranks)
+    worker_cpus: float = 0.5             # CPUs each worker reserves (fractional: 4 x 0.5 on 2 cores)
+    batch: int = 16                      # sequences per worker per step
+    steps: int = 1000
+    seeds: list[int] = field(default_factory=lambda: [0])
+    lr: float = 3e-3
+    warmup: int = 50
+    final_lr_frac: float = 0.1           # cosine decay to this fraction of lr
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    weight_decay: float = 0.1
+    bits: int = 4                        # low-bit codec: 0, 1, 2, 4, 8
+    bucket: int = 128                    # values per scale
+    eval_every: int = 100                # validation loss every this many steps (0: only final)
+    eval_batches: int = 4
+    eval_batch: int = 32
+    final_eval_batches: int = 40
+    link: dict = field(default_factory=lambda: {"bandwidth": "1Gbps", "latency": "50us"})
+    slow_link: dict = field(default_factory=lambda: {"bandwidth": "100Mbps", "latency": "1ms"})  # 2nd what-if
+    ddp_bucket_mb: float = 25.0
+    powersgd_rank: int = 2
+    powersgd_start: int = 10
+    timeout_s: int = 120                 # gloo collective timeout
+    fail_at: list[int] | None = None     # [rank, step]: that worker exits there (failure tests)
+
+    def check(self):
+        from components.models.gpt import SIZES
+
+        require(self.model in SIZES, "model", self.model, "one of " + ", ".join(SIZES))
+        require(self.workers >= 1, "workers", self.workers, "a positive number of workers")
+        require(self.worker_cpus > 0, "worker_cpus", self.worker_cpus, "a positive number of CPUs")
+        require(self.batch >= 1 and self.steps >= 1, "steps", self.steps, "positive steps and batch")
+        require(len(self.seeds) >= 1, "seeds", self.seeds, "a non-empty list of seeds")
+        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
+        require(0 <= self.warmup < self.steps or self.steps == 1, "warmup", self.warmup, f"in [0, steps={self.steps})")
+        require(0 <= self.final_lr_frac <= 1, "final_lr_frac", self.final_lr_frac, "a fraction in [0, 1]")
+        check_codec(self.bits, self.bucket)
+        require(self.eval_every >= 0, "eval_every", self.eval_every, "0 or a positive interval")
+        require(self.eval_batches >= 1 and self.final_eval_batches >= 1, "eval_batches", self.eval_batches, "positive")
+        require(self.powersgd_rank >= 1, "powersgd_rank", self.powersgd_rank, "a positive rank")
+        require(self.timeout_s >= 5, "timeout_s", self.timeout_s, "at least 5 seconds")
+        require(self.fail_at is None or (len(self.fail_at) == 2 and 0 <= self.fail_at[0] < self.workers),
+                "fail_at", self.fail_at, "null or [rank < workers, step]")
+        Link.from_config(self.link)
+        Link.from_config(self.slow_link, "slow_link")
+        cap = machine_cpus()
+        require(self.workers * self.worker_cpus <= cap, "workers", self.workers,
+                f"workers x worker_cpus ({self.workers} x {self.worker_cpus}) within the {cap:g} CPUs this machine holds")
+
+
+@dataclass
+class DDPParams(DPParams):
+    method: Literal["fp32", "powersgd", "plain", "ef"] = "fp32"
+
+    def check(self):
+        super().check()
+        if self.method in ("plain", "ef"):
+            require(self.bits >= 1, "bits", self.bits, f"1, 2, 4 or 8 for method={self.method} (0 bits sends nothing)")
+
+
+def machine_cpus() -> float:
+    """CPUs the workers can get: the Ray cluster's if one is up, else this machine's."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return float(ray.cluster_resources().get("CPU", os.cpu_count() or 1))
+    except Exception:
+        pass
+    return float(os.cpu_count() or 1)
+
+
+def _corpus(ctx):
+    for v in ctx.inputs.values():
+        if hasattr(v, "train") and hasattr(v, "tokenizer"):
+            return v
+    raise ConfigError("prepare", list(ctx.inputs), "a prepare entry with step: char_corpus")
+
+
+def _validate(p: DPParams, exp: dict) -> None:
+    steps = [s.get("step") for s in (exp.get("prepare") or {}).values() if isinstance(s, dict)]
+    require("char_corpus" in steps, "experiment.prepare", steps, "a prepare entry with step: char_corpus")
+    res = exp.get("resources") or {}
+    if res.get("num_cpus", 1):
+        raise ConfigError("experiment.resources.num_cpus", res.get("num_cpus", 1),
+                          "0 for data-parallel variants (the Ray Train workers reserve the CPUs)")
+    if res.get("max_parallel") is None:
+        raise ConfigError("experiment.resources.max_parallel", None,
+                          "a positive integer (how many Ray Train jobs may share the CPUs; 1 on a small machine)")
+
+
+def run_data_parallel(p: DPParams, ctx, method: str, strategy: str | None = None) -> Result:
+    """Train one variant (all its seeds) on Ray Train and turn the workers' reports into a Result."""
+    from components.models.gpt import SIZES
+    from components.training.ddp.loop import train_worker
+    from components.training.ddp.runner import fit
+
+    corpus = _corpus(ctx)
+    cfg = {k: v for k, v in asdict(p).items() if k not in ("link", "slow_link", "model")}
+    cfg.update(method=method, strategy=strategy, model=dict(SIZES[p.model]), vocab_size=corpus.vocab_size,
+               train=corpus.train, val=corpus.val)
+    ctx.progress(0, 1, phase=0)
+    out = fit(train_worker, cfg, p.workers, p.worker_cpus, ctx.workdir / "ray_train", f"{ctx.variant}", p.timeout_s)
+    return summarize(p, method, out)
+
+
+def summarize(p: DPParams, method: str, out: dict) -> Result:
+    """Metrics, mean curves and per-seed rows from every rank's per-seed reports."""
+    link, slow_link = Link.from_config(p.link), Link.from_config(p.slow_link)
+    world = out["world"]
+    ranks = out["ranks"]
+    seeds = ranks[0]
+    per_seed = []
+    for i, r0 in enumerate(seeds):
+        allr = [rk[i] for rk in ranks]
+        steps = r0["steps"]
+        fast = r0["paths"]["fast"]
+        slow = r0["paths"].get("slow", {"bytes": 0, "seconds": 0.0, "calls": 0, "collectives": 0})
+        fwd = float(np.mean([r["fwd_s"] for r in allr]))
+        bwd = float(np.mean([r["bwd_s"] for r in allr]))
+        opt = float(np.mean([r["opt_s"] for r in allr]))
+        fast_b, slow_b = fast["bytes"] / steps, slow["bytes"] / steps
+        t_fast = simtime.fast_path_s(link, method, fast_b, fast["collectives"] / steps, world)
+        t_slow = simtime.allreduce_s(link, slow_b, world, slow["collectives"] / steps)
+        s_fast = simtime.fast_path_s(slow_link, method, fast_b, fast["collectives"] / steps, world)
+        s_slow = simtime.allreduce_s(slow_link, slow_b, world, slow["collectives"] / steps)
+        per_seed.append({
+            "seed": r0["seed"], "final_val_loss": r0["final_val_loss"],
+            "bytes_fast_per_step": fast_b, "bytes_slow_per_step": slow_b, "bytes_per_step": fast_b + slow_b,
+            "fwd_s": fwd, "bwd_s": bwd, "opt_s": opt, "sim_fast_s": t_fast, "sim_slow_s": t_slow,
+            "sim_step_s": simtime.step_s(fwd, bwd, opt, t_fast, t_slow),
+            "sim_step_s_serial": simtime.step_s(fwd, bwd, opt, t_fast, t_slow, serial=True),
+            "slow_fwd_ratio": t_slow / fwd if fwd > 0 else float("nan"),
+            "sim_step_s_slow_link": simtime.step_s(fwd, bwd, opt, s_fast, s_slow),
+            "slow_fwd_ratio_slow_link": s_slow / fwd if fwd > 0 else float("nan"),
+            "gloo_fast_s_per_step": fast["seconds"] / steps, "gloo_slow_s_per_step": slow["seconds"] / steps,
+            "exposed_slow_s_per_step": r0["exposed_slow_s"] / steps,
+            "tokens_per_s": world * p.batch * r0_context(p) * steps / r0["train_s"],
+            "ranks_agree": float(max(abs(r["param_checksum"] - r0["param_checksum"]) for r in allr)
+                                 <= 1e-6 * max(1.0, abs(r0["param_checksum"]))),
+        })
+    metrics = {k: float(np.mean([row[k] for row in per_seed])) for k in per_seed[0] if k != "seed"}
+    metrics["final_val_loss_std"] = float(np.std([row["final_val_loss"] for row in per_seed]))
+    metrics["n_seeds"] = len(per_seed)
+    metrics["n_params"] = seeds[0]["n_params"]
+    metrics["workers"] = world
+    series = {}
+    if seeds[0].get("val_steps"):
+        series["val_loss"] = (seeds[0]["val_steps"], list(np.mean([s["val_loss"] for s in seeds], axis=0)))
+    tl = np.mean([s["train_loss"] for s in seeds], axis=0)
+    k = max(1, len(tl) // 200)
+    series["train_loss"] = (list(range(0, len(tl) - k + 1, k)),
+                            [float(np.mean(tl[i:i + k])) for i in range(0, len(tl) - k + 1, k)])
+    codec = "fp32" if method == "fp32" else ("powersgd" if method == "powersgd" else repr(make_torch_codec(p.bits, p.bucket)))
+    return Result(metrics=metrics, series=series, tables={"per_seed": per_seed},
+                  info={"method": method, "codec": codec, "link": p.link, "world": world,
+                        "sim_rule": "max(T_fwd, T_slow) + max(T_bwd, T_fast) + T_opt; serial: T_bwd + T_fast"})
+
+
+def r0_context(p: DPParams) -> int:
+    from components.models.gpt import SIZES
+
+    return SIZES[p.model]["context"]
+
+
+@technique("ddp_train", family="training", params=DDPParams, validate=_validate,
+           summary="Data-parallel GPT on Ray Train (gloo) with the gradient sync as a DDP comm hook: "
+                   "fp32, torch PowerSGD, plain or error-feedback 8/4/2/1-bit codecs.")
+def run_ddp_train(p: DDPParams, ctx) -> Result:
+    return run_data_parallel(p, ctx, p.method)

@@ -1,0 +1,86 @@
+"""DUO: the SGD closed form step by step on 2 gloo workers, Adam's committed path, bad input, and the
+debug experiment end to end through the DAG."""
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from components.core.errors import ConfigError
+from components.training.duo.technique import DuoParams
+from tests.training import dp_workers
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def closed_form(tmp_path_factory):
+    out = tmp_path_factory.mktemp("duo") / "cf.pt"
+    mp.spawn(dp_workers.closed_form_worker, args=(2, _port(), str(out)), nprocs=2, join=True)
+    return torch.load(out)
+
+
+def test_duo_sgd_equals_closed_form(closed_form):
+    """w_{t+1} = w_t - lr qbar_t - lr (gbar_{t-1} - qbar_{t-1}): each quantization error is replaced by
+    the exact averaged gradient one step later."""
+    ws, gb, qb, lr = closed_form["ws"], closed_form["gbars"], closed_form["qbars"], closed_form["lr"]
+    for t in range(len(gb)):
+        assert torch.allclose(closed_form["ddp_q"][t], qb[t], atol=1e-6)   # the hook's fast path = mean of codes
+        assert torch.allclose(closed_form["committed"][t + 1], closed_form["committed"][t] - lr * gb[t], atol=1e-6) \
+            if t + 1 < len(gb) else True
+        expect = ws[t] - lr * qb[t]
+        if t > 0:
+            expect = expect - lr * (gb[t - 1] - qb[t - 1])
+        assert torch.allclose(ws[t + 1], expect, atol=1e-6), f"step {t}"
+        assert (qb[t] - gb[t]).norm() > 0.1 * gb[t].norm()      # the 1-bit error is not negligible
+    # after the last commit: exact SGD on the averaged gradients, no quantization error left
+    assert torch.allclose(closed_form["final"], ws[0] - lr * torch.stack(gb).sum(0), atol=1e-6)
+
+
+def test_bad_input_is_rejected():
+    for kw in ({"bits": 3}, {"bucket": 0}, {"workers": 100_000}, {"fail_at": [5, 1]}):
+        with pytest.raises(ConfigError):
+            DuoParams(**{**dict(workers=2), **kw}).check()
+
+
+def test_cli_rejects_bad_bits_before_ray():
+    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "experiment=duo", "debug=true",
+                        "experiment.variants.duo4.params.bits=3", "runs_dir=/tmp/duo-bad-input"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "bits" in (r.stdout + r.stderr)
+
+
+def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
+    """The debug flavour of `duo` through the DAG: 2 variants (a Ray Train job each costs 10-30 s here);
+    the other variants run in the slow test below and in `make bench`."""
+    out = run_experiment("duo", "only=[fp32,duo4]")
+    runs = {n: o for n, o in out.variants.items() if o.status == "FINISHED"}
+    assert set(runs) == {"fp32", "duo4"}, {n: (o.status, o.error) for n, o in out.variants.items()}
+    for name, o in runs.items():
+        m = o.result.metrics
+        for k in ("final_val_loss", "bytes_per_step", "sim_step_s", "tokens_per_s", "slow_fwd_ratio"):
+            assert k in m and m[k] == m[k], (name, k)
+        assert m["ranks_agree"] == 1.0
+        assert "val_loss" in o.result.series
+        run = mlflow_client.get_run(o.run_id)
+        assert run.info.status == "FINISHED" and "final_val_loss" in run.data.metrics
+        assert len(mlflow_client.get_metric_history(o.run_id, "val_loss")) >= 3
+    assert runs["duo4"].result.metrics["bytes_slow_per_step"] == 4 * runs["duo4"].result.metrics["n_params"]
+    judged = {c.name: c for c in out.claims}
+    assert not judged["duo_4bit_matches_fp32"].error and not judged["duo_4bit_matches_fp32"].skipped
+    assert judged["plain_1bit_degrades"].skipped             # q1 did not run: neither holds nor fails
+
+
+@pytest.mark.slow
+def test_debug_experiment_all_variants(run_experiment):
+    out = run_experiment("duo")
+    assert not out.failed and len(out.variants) == 8
+    assert all(not c.error and (not c.skipped or c.name == "duo_gap_shrinks_at_lower_lr") for c in out.claims), \
+        [(c.name, c.error) for c in out.claims]
