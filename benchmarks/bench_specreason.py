@@ -46,22 +46,13 @@ def variant_table(outcome) -> None:
 
 
 def cached_lms(runs_dir: str, debug: bool) -> dict:
-    """The reasoning LMs from the experiment's prepare cache (trains them if absent)."""
-    from components.core.cache import StageCache, cache_key, code_version
-    from components.core.registry import get_prepare_step
+    """The reasoning LMs from the experiment's prepare cache (trains and caches them if absent)."""
+    from pathlib import Path
+
     from pipelines import config, dag
 
     cfg = config.compose(["experiment=specreason", f"debug={str(debug).lower()}", f"runs_dir={runs_dir}"])
-    spec = dag.validate(cfg)
-    p = next(x for x in spec.prepare if x.step == "reasoning_lms")
-    step = get_prepare_step(p.step)
-    key = cache_key(p.step, p.params_raw, code_version(step.fn, getattr(step.fn, "code_deps", ())))
-    cache = StageCache(os.path.join(runs_dir, "cache"))
-    if cache.has(key):
-        return cache.load(key)
-    from components.core.params import parse_params
-
-    return step.fn(parse_params(step.params, p.params_raw, "prepare"), None)
+    return dag.prepare_local(dag.validate(cfg), "lms", Path(runs_dir).resolve())[0]
 
 
 def load_test(lms: dict, n_requests: int, concurrency: int, max_seconds: float) -> None:

@@ -6,6 +6,7 @@
     dtlab list                                     experiments and techniques, with their files
     dtlab compare [EXPERIMENT ...]                 latest runs side by side (+ HTML report)
     dtlab ui                                       MLflow UI on 127.0.0.1
+    dtlab serve specreason [--port N] [overrides]  a technique as a standing HTTP service (Ray Serve)
 
 Bad configuration is reported in one line (key, value, what is allowed) with exit code 2,
 before Ray starts.
@@ -146,7 +147,63 @@ def cmd_ui(args: list[str]) -> None:
     os.execv(exe if os.path.exists(exe) else cmd[0], cmd)
 
 
-COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui}
+def cmd_serve(args: list[str]) -> None:
+    """Deploy a serving technique on Ray Serve (127.0.0.1) with its experiment's cached models."""
+    from components.serving.services import SERVICES
+
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: dtlab serve NAME [--port N] [experiment overrides, e.g. debug=true]\nservices: "
+              + "; ".join(f"{k}: {v.summary}" for k, v in SERVICES.items()))
+        return
+    name, rest = args[0], args[1:]
+    if name not in SERVICES:
+        _die(f"serve NAME={name!r}: a service: {', '.join(SERVICES)}")
+    port = None
+    if "--port" in rest:
+        i = rest.index("--port")
+        try:
+            port = int(rest[i + 1])
+            assert 1024 <= port <= 65535
+        except (IndexError, ValueError, AssertionError):
+            _die("--port: an integer in [1024, 65535]")
+        rest = rest[:i] + rest[i + 2:]
+    svc = SERVICES[name]
+    cfg = preflight([f"experiment={svc.experiment}", *rest], multirun=False)
+    from pathlib import Path
+
+    from components.core.raytools import init_ray
+    from components.serving.app import deploy, start_serve, stop_serve
+    from pipelines import dag
+
+    spec = dag.validate(cfg)
+    runs_dir = Path(cfg.get("runs_dir") or "runs").resolve()
+    print(f"dtlab serve {name}: models from prepare entry {svc.prepare!r} of experiment {svc.experiment!r} "
+          f"(cache {runs_dir / 'cache'})", flush=True)
+    out, status = dag.prepare_local(spec, svc.prepare, runs_dir)
+    print(f"prepare cache: {svc.prepare}={status}", flush=True)
+    init_ray(cfg["cluster"])
+    info = start_serve(port)
+    try:
+        deploy(svc.build(out), name=f"dtlab_{name}", route_prefix=svc.route_prefix)
+        url = info.url(svc.route_prefix + svc.endpoint)
+        import json
+
+        print(f"serving {name} at {url}\n  curl -s -X POST {url} -H 'content-type: application/json' "
+              f"-d '{json.dumps(svc.example)}'\nCtrl-C stops it.", flush=True)
+        import time
+
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_serve()
+        import ray
+
+        ray.shutdown()
+
+
+COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from components.core.cache import StageCache, cache_key, code_version
 from components.core.claims import ClaimOutcome, check
 from components.core.context import RunContext
+from components.core.errors import require
 from components.core.params import parse_params
 from components.core.registry import get_prepare_step, get_technique
 from components.core.result import Result
@@ -148,6 +149,29 @@ def _variant_task(tech_name: str, params_raw: dict, ctx_fields: dict, inputs: di
 
 
 # ----------------------------------------------------------------------------------------- stages
+def prepare_key(p) -> str:
+    """The cache key of one prepare entry: step name + params + the source of its module."""
+    step = get_prepare_step(p.step)
+    return cache_key(p.step, p.params_raw, code_version(step.fn, getattr(step.fn, "code_deps", ())))
+
+
+def prepare_local(spec: ExperimentSpec, name: str, runs_dir: Path) -> tuple[Any, str]:
+    """One prepare entry of ``spec`` in this process: from the shared cache, or built and cached.
+
+    For tools outside a DAG run (``dtlab serve``, benchmarks). Returns (output, "hit" or "miss").
+    """
+    entry = next((p for p in spec.prepare if p.name == name), None)
+    require(entry is not None, "prepare", name, "a prepare entry of " + spec.name + ": "
+            + ", ".join(p.name for p in spec.prepare))
+    cache, key = StageCache(runs_dir / "cache"), prepare_key(entry)
+    if cache.has(key):
+        return cache.load(key), "hit"
+    out, _ = _prepare_task(entry.step, entry.params_raw, {"experiment": spec.name, "variant": f"prepare:{name}",
+                                                          "seed": spec.seed, "workdir": runs_dir / "cache" / f"{key}.work"})
+    cache.save(key, out)
+    return out, "miss"
+
+
 def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, console) -> tuple[dict, dict, float]:
     """Run (or load from cache) every prepare step. Returns (inputs, cache hit/miss, compute seconds)."""
     import ray
@@ -156,8 +180,7 @@ def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, conso
     inputs, status, compute_s = {}, {}, 0.0
     pending = {}
     for p in spec.prepare:
-        step = get_prepare_step(p.step)
-        key = cache_key(p.step, p.params_raw, code_version(step.fn, getattr(step.fn, "code_deps", ())))
+        key = prepare_key(p)
         if cache.has(key):
             inputs[p.name] = cache.load(key)
             status[p.name] = "hit"

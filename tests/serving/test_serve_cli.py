@@ -1,0 +1,53 @@
+"""`dtlab serve`: a serving technique as a standing HTTP service, from a second process."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from components.serving.app import free_port, post_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+
+
+def _cli(*args, **kw):
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+
+
+def test_unknown_service_and_bad_port_are_one_line_errors():
+    for args, must in ((["serve", "nope"], "serve NAME='nope'"), (["serve", "specreason", "--port", "x"], "--port")):
+        p = _cli(*args)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 2 and must in out, out
+
+
+def test_serve_specreason_answers_rejects_and_stops(tmp_path):
+    port = free_port()
+    p = _cli("serve", "specreason", "debug=true", f"runs_dir={tmp_path}", "cluster.include_dashboard=false",
+             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "--port", str(port), start_new_session=True)
+    url, lines, t0 = None, [], time.time()
+    try:
+        while time.time() - t0 < 240:
+            line = p.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("serving specreason at "):
+                url = line.split(" at ", 1)[1].strip()
+                break
+        assert url == f"http://127.0.0.1:{port}/specreason/solve", "".join(lines)
+        status, body = post_json(url, {"problem": "17|+1|*9|-7", "method": "base"})
+        assert status == 200 and body["steps"] and body["tokens"], body
+        status, body = post_json(url, {"problem": "17|+1|*9|-7", "threshold": 99})
+        assert status == 422 and "threshold" in str(body), body
+        status, _ = post_json(url, {"problem": "17|+1", "method": "small"})
+        assert status == 200  # still serving after a bad request
+    finally:
+        os.killpg(p.pid, signal.SIGINT)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
