@@ -12,17 +12,17 @@ from components.core.netsim import Link
 
 
 def allreduce_s(link: Link, nbytes: float, world: int, collectives: float = 1.0) -> float:
-    """``collectives`` ring all-reduces carrying ``nbytes`` in total: 2(n-1) latency hops each."""
+    """``collectives`` ring all-reduces carrying ``nbytes`` in total (the spine's ring cost each)."""
     if world <= 1 or collectives <= 0:
         return 0.0
-    hops = 2 * (world - 1)
-    return hops * collectives * link.latency_s + hops * 8.0 * nbytes / world / link.bandwidth_bps
+    return collectives * link.ring_allreduce_s(nbytes / collectives, world)
 
 
 def allgather_s(link: Link, nbytes_each: float, world: int, collectives: float = 1.0) -> float:
+    """``collectives`` ring all-gathers, every worker contributing ``nbytes_each`` in total."""
     if world <= 1 or collectives <= 0:
         return 0.0
-    return (world - 1) * (collectives * link.latency_s + 8.0 * nbytes_each / link.bandwidth_bps)
+    return collectives * link.allgather_s(nbytes_each / collectives, world)
 
 
 def fast_path_s(link: Link, method: str, bytes_per_step: float, collectives_per_step: float, world: int) -> float:
