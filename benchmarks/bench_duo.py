@@ -11,26 +11,18 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import run_experiment  # noqa: E402
+from benchmarks._util import run_isolated  # noqa: E402
 
 NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
-    import ray
-
-    with tempfile.TemporaryDirectory() as d:
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{d}/mlflow.db"
-        t0 = time.perf_counter()
-        out, peak = run_experiment("duo", "cluster.include_dashboard=false", *overrides, runs_dir=d)
-        wall = time.perf_counter() - t0
-        ray.shutdown()
+    out, peak, wall = run_isolated("duo", *overrides)
     m = {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
     fp, q4 = m.get("fp32", {}), m.get("q4", {})
 

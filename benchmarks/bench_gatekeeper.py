@@ -10,26 +10,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import PeakMemory, run_experiment  # noqa: E402
+from benchmarks._util import PeakMemory, run_isolated  # noqa: E402
 
 COLS = ("small_acc", "s_d", "s_d_se", "s_o", "auroc", "joint_acc_r20", "deferral_r20", "cost_rel_r20")
 
 
 def full_experiment() -> None:
-    import ray
-
-    with tempfile.TemporaryDirectory() as d:
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{d}/mlflow.db"
-        t0 = time.perf_counter()
-        out, peak = run_experiment("gatekeeper", "cluster.include_dashboard=false", runs_dir=d)
-        wall = time.perf_counter() - t0
-        ray.shutdown()
+    out, peak, wall = run_isolated("gatekeeper")
     print(f"## gatekeeper full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
           f"claims held {out.claims_held}/{out.claims_judged}\n")
     print("| variant | role | " + " | ".join(COLS) + " | s_d / ce_continued | wall_s |")

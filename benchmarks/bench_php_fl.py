@@ -8,26 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import PeakMemory, run_experiment  # noqa: E402
+from benchmarks._util import PeakMemory, run_isolated  # noqa: E402
 
 COLS = ("mean_acc", "acc_std", "worst20_acc", "low_high_p_gap", "mean_acc_seed_std", "rounds_per_s")
 
 
 def full_experiment() -> None:
-    import ray
-
-    with tempfile.TemporaryDirectory() as d:
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{d}/mlflow.db"
-        t0 = time.perf_counter()
-        out, peak = run_experiment("php_fl", "cluster.include_dashboard=false", runs_dir=d)
-        wall = time.perf_counter() - t0
-        ray.shutdown()
+    out, peak, wall = run_isolated("php_fl")
     print(f"## php_fl full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
           f"claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")
     print("| variant | role | " + " | ".join(COLS) + " | mean_acc / fml (same pattern) | wall_s |")
