@@ -2,8 +2,9 @@
 
     dtlab run experiment=error_feedback            one experiment through the DAG
     dtlab run experiment=error_feedback debug=true the tiny flavour
-    dtlab run -m experiment=error_feedback experiment.seed=0,1,2   a Hydra multirun
-    dtlab list                                     experiments and techniques, with their files
+    dtlab run experiment=error_feedback experiment.seeds=[10,11,12]   the claims on other seeds
+    dtlab run -m experiment=error_feedback experiment.seeds=[0],[1]   a Hydra multirun
+    dtlab list [KIND]                              experiments and every registered kind, with files
     dtlab compare [EXPERIMENT ...]                 latest runs side by side (+ HTML report)
     dtlab ui                                       MLflow UI on 127.0.0.1
     dtlab serve specreason [--port N] [overrides]  a technique as a standing HTTP service (Ray Serve)
@@ -80,37 +81,50 @@ def cmd_run(args: list[str]) -> None:
 
 
 def cmd_list(args: list[str]) -> None:
+    """Experiments, then every registered kind (techniques, prepare steps, strategies, blocks,
+    policies, codecs, services) with the file that defines each; ``dtlab list KIND`` one kind."""
     from omegaconf import OmegaConf
     from rich.console import Console
     from rich.table import Table
 
-    from components.core.registry import PREPARE_STEPS, TECHNIQUES, discover
+    from components.core.registry import KINDS, entries
     from pipelines.config import CONF_DIR, ROOT
 
-    discover()
+    wanted = args[0] if args else None
+    if wanted is not None and wanted not in KINDS and wanted != "experiment":
+        _die(f"list KIND={wanted!r}: one of experiment, " + ", ".join(KINDS))
     console = Console()
-    t = Table(title="experiments (dtlab run experiment=NAME)")
-    for c in ("experiment", "family", "summary", "variants", "config"):
-        t.add_column(c, overflow="fold")
-    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
-        exp = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        variants = exp.get("variants") or {}
-        t.add_row(path.stem, str(exp.get("family", "")), str(exp.get("summary", "")), ", ".join(variants),
-                  str(path.relative_to(ROOT)))
-    console.print(t)
-    t = Table(title="techniques and baselines")
-    for c in ("technique", "family", "summary", "file"):
-        t.add_column(c, overflow="fold")
-    for name, tech in sorted(TECHNIQUES.items(), key=lambda kv: (kv[1].family, kv[0])):
-        t.add_row(name, tech.family, tech.summary, tech.file)
-    console.print(t)
-    if PREPARE_STEPS:
-        t = Table(title="prepare steps (cached by content)")
-        for c in ("step", "summary", "file"):
+    if wanted in (None, "experiment"):
+        t = Table(title="experiments (dtlab run experiment=NAME)")
+        for c in ("experiment", "family", "summary", "variants", "config"):
             t.add_column(c, overflow="fold")
-        for name, st in sorted(PREPARE_STEPS.items()):
-            t.add_row(name, st.summary, st.file)
+        for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+            exp = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+            variants = exp.get("variants") or {}
+            t.add_row(path.stem, str(exp.get("family", "")), str(exp.get("summary", "")), ", ".join(variants),
+                      _rel(path, ROOT))
         console.print(t)
+    for kind, what in KINDS.items():
+        if wanted not in (None, kind):
+            continue
+        table = entries(kind)
+        if not table:
+            continue
+        t = Table(title=f"{kind}: {what}")
+        cols = ("name", "family", "summary", "file") if kind == "technique" else ("name", "summary", "file")
+        for c in cols:
+            t.add_column(c, overflow="fold")
+        for name, e in sorted(table.items(), key=lambda kv: (kv[1].meta.get("family", ""), kv[0])):
+            row = (name, e.meta.get("family", ""), e.summary, e.file) if kind == "technique" else (name, e.summary, e.file)
+            t.add_row(*row)
+        console.print(t)
+
+
+def _rel(path, root) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:  # DTLAB_CONF_DIR outside the repository
+        return str(path)
 
 
 def _tracking_uri(args: list[str]) -> tuple[str, list[str]]:
@@ -149,15 +163,16 @@ def cmd_ui(args: list[str]) -> None:
 
 def cmd_serve(args: list[str]) -> None:
     """Deploy a serving technique on Ray Serve (127.0.0.1) with its experiment's cached models."""
-    from components.serving.services import SERVICES
+    from components.core.registry import entries
 
+    services = {k: e.obj for k, e in entries("service").items()}
     if not args or args[0] in ("-h", "--help"):
         print("usage: dtlab serve NAME [--port N] [experiment overrides, e.g. debug=true]\nservices: "
-              + "; ".join(f"{k}: {v.summary}" for k, v in SERVICES.items()))
+              + "; ".join(f"{k}: {v.summary}" for k, v in services.items()))
         return
     name, rest = args[0], args[1:]
-    if name not in SERVICES:
-        _die(f"serve NAME={name!r}: a service: {', '.join(SERVICES)}")
+    if name not in services:
+        _die(f"serve NAME={name!r}: a service: {', '.join(services)}")
     port = None
     if "--port" in rest:
         i = rest.index("--port")
@@ -167,7 +182,7 @@ def cmd_serve(args: list[str]) -> None:
         except (IndexError, ValueError, AssertionError):
             _die("--port: an integer in [1024, 65535]")
         rest = rest[:i] + rest[i + 2:]
-    svc = SERVICES[name]
+    svc = services[name]
     cfg = preflight([f"experiment={svc.experiment}", *rest], multirun=False)
     from pathlib import Path
 

@@ -42,7 +42,9 @@ def compose(overrides: list[str]) -> dict[str, Any]:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = hydra_compose("config", overrides=list(overrides))
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+            plain = OmegaConf.to_container(cfg, resolve=True)
+            plain["_overrides"] = list(overrides)  # so debug=true lets these win over its own values
+            return plain  # type: ignore[return-value]
     except (HydraException, OmegaConfBaseException) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if msg.startswith("Could not override"):

@@ -2,33 +2,41 @@
 
 An experiment config (conf/experiment/NAME.yaml) holds::
 
-    name, family, summary, seed
-    resources: {num_cpus: 1, nodes: 0, max_parallel: null}  # CPUs per variant task; NodeActor pool size;
-                                      # variants in flight (null: as many as the CPUs fit)
-    prepare:   {out_name: {step: registered_prepare_step, params: {...}}}
+    name, family, summary
+    seeds:     [0, 1, 2]              # the seed axis: one task per variant x seed
+    resources: {num_cpus: 1, nodes: 0, node_cpus: 0, max_parallel: null}
+    axes:      {axis: [values]}       # grid axes for variants' ``over`` and claims' ``over``
+    prepare:   {entry: {step: registered_step, params: {...}, inputs: {step_input: entry}}}
     common:    {technique: {...}}     # params merged under the own params of that technique's variants
-    variants:  {vname: {technique: registered_name, role: technique|baseline, params: {...}}}
-    claims:    {cname: {holds: "expr", paper: "...", measured: "expr", gate: true}}
+    variants:  {vname: {technique, role, params, seeds, inputs: {tech_input: entry}, over: [axis]}}
+    claims:    {cname: {holds, paper, measured, gate, over: axis, at_least: N}}
     report:    {baseline: vname, table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
-    debug:     {dotted.key: value}    # the tiny flavour, applied when debug=true; variants.X: null drops X
+    debug:     {dotted.key: value}    # the tiny flavour (merged deeply); variants.X: null drops X
 
-:func:`build_spec` turns that into an :class:`ExperimentSpec` or raises ConfigError.
+:func:`build_spec` turns that into an :class:`ExperimentSpec` (every params block parsed once,
+defaults filled in) or raises ConfigError naming the key, the value and what is allowed.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
+import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.core.claims import Claim, parse_expr, referenced_variants
+from components.core.claims import Claim, parse_expr, referenced_variants, template_axes
 from components.core.errors import ConfigError, require
 from components.core.params import parse_params
 from components.core.registry import get_prepare_step, get_technique
 
 ROLES = ("technique", "baseline", "control")
-_TOP_KEYS = {"name", "family", "summary", "seed", "resources", "prepare", "common", "variants", "claims",
+_TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "axes", "prepare", "common", "variants", "claims",
              "report", "debug"}
+_VARIANT_KEYS = {"technique", "role", "params", "seeds", "inputs", "over"}
+_CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least"}
 PLOT_KINDS = ("series", "bar", "scatter")
+_AXIS_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass
@@ -37,8 +45,17 @@ class VariantSpec:
     technique: str
     role: str
     family: str
-    params_raw: dict[str, Any]
-    params: Any  # the parsed dataclass (validated)
+    params_raw: dict[str, Any]      # as written (common merged in, grid values substituted)
+    params: Any                     # the parsed dataclass (validated, defaults filled in)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    inputs: dict[str, str] = field(default_factory=dict)   # technique input -> prepare entry
+    base: str = ""                  # the variant it was expanded from (grids), else its own name
+    cell: dict[str, Any] = field(default_factory=dict)     # axis -> value for grid cells
+
+    @property
+    def params_resolved(self) -> dict[str, Any]:
+        """The params as the technique sees them, defaults included (what MLflow logs)."""
+        return resolved(self.params)
 
 
 @dataclass
@@ -46,6 +63,9 @@ class PrepareSpec:
     name: str
     step: str
     params_raw: dict[str, Any]
+    params: Any
+    inputs: dict[str, str] = field(default_factory=dict)   # step input -> prepare entry
+    seeded: bool = False
 
 
 @dataclass
@@ -53,7 +73,7 @@ class ExperimentSpec:
     name: str
     family: str
     summary: str
-    seed: int
+    seeds: list[int]
     num_cpus: float
     nodes: int
     node_cpus: float
@@ -62,10 +82,68 @@ class ExperimentSpec:
     variants: list[VariantSpec]
     claims: list[Claim]
     report: dict[str, Any] = field(default_factory=dict)
+    axes: dict[str, list] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seed(self) -> int:
+        """The first seed (tools outside the DAG that need one)."""
+        return self.seeds[0]
 
     def variant(self, name: str) -> VariantSpec:
         return next(v for v in self.variants if v.name == name)
+
+    def entry(self, name: str) -> PrepareSpec:
+        return next(p for p in self.prepare if p.name == name)
+
+    def needed_prepare(self) -> list[tuple[PrepareSpec, list[int | None]]]:
+        """The prepare entries the selected variants need, upstream first, each with the seeds it
+        is built for (``[None]`` for an unseeded step)."""
+        by_name = {p.name: p for p in self.prepare}
+        seeds_of: dict[str, set] = {}
+
+        def need(entry: str, seeds: set) -> None:
+            p = by_name[entry]
+            s = set(seeds) if p.seeded else {None}
+            if s <= seeds_of.get(entry, set()):
+                return
+            seeds_of.setdefault(entry, set()).update(s)
+            for up in p.inputs.values():
+                need(up, seeds)
+
+        for v in self.variants:
+            for entry in v.inputs.values():
+                need(entry, set(v.seeds))
+        order = topo_order(by_name)
+        return [(by_name[n], sorted(seeds_of[n], key=lambda x: -1 if x is None else x)) for n in order if n in seeds_of]
+
+
+def resolved(params: Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(params) and not isinstance(params, type):
+        return dataclasses.asdict(params)
+    return dict(params or {})
+
+
+def topo_order(entries: dict[str, PrepareSpec]) -> list[str]:
+    """Entries upstream first; a cycle is a ConfigError naming it."""
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(n: str, path: list[str]) -> None:
+        if state.get(n) == 2:
+            return
+        if state.get(n) == 1:
+            cycle = path[path.index(n):] + [n]
+            raise ConfigError(f"experiment.prepare.{n}.inputs", " -> ".join(cycle), "prepare steps without a cycle")
+        state[n] = 1
+        for up in entries[n].inputs.values():
+            visit(up, path + [n])
+        state[n] = 2
+        order.append(n)
+
+    for n in entries:
+        visit(n, [])
+    return order
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -84,27 +162,110 @@ def debug_dropped(exp: dict) -> set[str]:
             if v is None and str(k).startswith("variants.") and str(k).count(".") == 1}
 
 
-def apply_debug(exp: dict) -> dict:
-    """Apply the experiment's ``debug`` block (dotted keys) to a copy of it; ``variants.X: null``
-    marks variant X to be skipped (see :func:`debug_dropped`), it does not erase its definition."""
+def apply_debug(exp: dict, keep: set[str] = frozenset()) -> dict:
+    """Apply the experiment's ``debug`` block (dotted keys) to a copy of it. A mapping value merges
+    into the mapping it names (other keys kept); ``variants.X: null`` marks variant X to be
+    skipped (see :func:`debug_dropped`), it does not erase its definition. Keys in ``keep``
+    (dotted keys the command line set) are not overwritten."""
     exp = copy.deepcopy(exp)
     dropped = debug_dropped(exp)
     for dotted, value in (exp.get("debug") or {}).items():
-        if value is None and str(dotted).split(".", 1)[-1] in dropped and str(dotted).startswith("variants."):
+        dotted = str(dotted)
+        if value is None and dotted.startswith("variants.") and dotted.split(".", 1)[-1] in dropped:
             continue
         node = exp
-        parts = str(dotted).split(".")
+        parts = dotted.split(".")
         for p in parts[:-1]:
             if not isinstance(node.get(p), dict):
                 raise ConfigError(f"experiment.debug.{dotted}", value, f"a path into the experiment ('{p}' is not a mapping)")
             node = node[p]
-        node[parts[-1]] = value
+        last = parts[-1]
+        if isinstance(value, dict) and isinstance(node.get(last), dict):
+            value = deep_merge(node[last], value)
+        node[last] = _keep_overridden(node.get(last), value, dotted, keep)
     return exp
 
 
-def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None) -> ExperimentSpec:
-    """Validate an experiment mapping (already resolved to plain Python) into a spec."""
+def _keep_overridden(current: Any, value: Any, dotted: str, keep: set[str]) -> Any:
+    """The debug value, except where a command-line override set this key (or one below it)."""
+    if dotted in keep:
+        return current
+    if isinstance(value, dict) and isinstance(current, dict):
+        return {k: (current[k] if f"{dotted}.{k}" in keep and k in current
+                    else _keep_overridden(current.get(k), v, f"{dotted}.{k}", keep)) for k, v in value.items()} | {
+            k: v for k, v in current.items() if k not in value}
+    return value
+
+
+def _check_seeds(seeds: Any, key: str) -> list[int]:
+    ok = (isinstance(seeds, list) and 1 <= len(seeds) <= 64 and len(set(map(repr, seeds))) == len(seeds)
+          and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**31 for s in seeds))
+    require(ok, key, seeds, "a non-empty list of distinct integer seeds in [0, 2^31), e.g. [0, 1, 2]")
+    return list(seeds)
+
+
+def _substitute(value: Any, cell: dict[str, Any]) -> Any:
+    """Grid values into params: ``"{axis}"`` alone keeps the value's type, inside a string it is text."""
+    if isinstance(value, str):
+        whole = _AXIS_REF.fullmatch(value)
+        if whole and whole.group(1) in cell:
+            return cell[whole.group(1)]
+        return _AXIS_REF.sub(lambda m: str(cell[m.group(1)]) if m.group(1) in cell else m.group(0), value)
+    if isinstance(value, dict):
+        return {k: _substitute(v, cell) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, cell) for v in value]
+    return value
+
+
+def cell_suffix(cell: dict[str, Any]) -> str:
+    return "_".join(re.sub(r"\W", "_", str(v)) for v in cell.values())
+
+
+def _expand_grid(variants_raw: dict, axes: dict[str, list]) -> dict[str, tuple[str, dict, dict]]:
+    """variant name -> (base name, raw definition with grid values in, cell)."""
+    out: dict[str, tuple[str, dict, dict]] = {}
+    for vname, v in variants_raw.items():
+        key = f"experiment.variants.{vname}"
+        require(str(vname).isidentifier(), key, vname, "a variant name that is a Python identifier")
+        require(isinstance(v, dict) and "technique" in v, key, v, "a mapping with 'technique', 'role', 'params'")
+        over = v.get("over") or []
+        over = [over] if isinstance(over, str) else over
+        require(isinstance(over, list), f"{key}.over", over, "a list of axis names")
+        for a in over:
+            require(a in axes, f"{key}.over", a, "an axis of experiment.axes: " + (", ".join(axes) or "none defined"))
+        if not over:
+            out[vname] = (vname, v, {})
+            continue
+        for combo in itertools.product(*(axes[a] for a in over)):
+            cell = dict(zip(over, combo))
+            name = f"{vname}_{cell_suffix(cell)}"
+            require(name not in variants_raw and name not in out, key, name, "grid cell names that no other variant has")
+            body = {k: _substitute(val, cell) for k, val in v.items() if k != "over"}
+            out[name] = (vname, body, cell)
+    return out
+
+
+def overridden_keys(overrides: list[str] | None) -> set[str]:
+    """Dotted keys below ``experiment.`` that command-line overrides set."""
+    keys = set()
+    for ov in overrides or []:
+        key = ov.lstrip("+~").partition("=")[0]
+        if key.startswith("experiment."):
+            keys.add(key[len("experiment."):])
+    return keys
+
+
+def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
+               overridden: set[str] = frozenset()) -> ExperimentSpec:
+    """Validate an experiment mapping (already resolved to plain Python) into a spec.
+
+    ``overridden``: dotted keys below ``experiment.`` set on the command line; with ``debug``
+    they win over the debug block's values."""
     require(isinstance(exp, dict), "experiment", exp, "a mapping")
+    if "seed" in exp:
+        raise ConfigError("experiment.seed", exp["seed"], "replaced by the seed axis: experiment.seeds=[...] "
+                          "(e.g. seeds: [0, 1, 2])")
     unknown = sorted(set(exp) - _TOP_KEYS)
     if unknown:
         raise ConfigError(f"experiment.{unknown[0]}", exp[unknown[0]], "unknown key; allowed: " + ", ".join(sorted(_TOP_KEYS)))
@@ -114,54 +275,56 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None) ->
         unknown_drop = sorted(dropped - set(exp.get("variants") or {}))
         if unknown_drop:
             raise ConfigError(f"experiment.debug.variants.{unknown_drop[0]}", None, "a variant of this experiment to drop")
-        exp = apply_debug(exp)
+        exp = apply_debug(exp, keep=set(overridden))
     name = exp.get("name")
     require(isinstance(name, str) and name, "experiment.name", name, "a non-empty string")
-    seed = exp.get("seed", 0)
-    require(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0, "experiment.seed", seed, "a non-negative integer")
+    seeds = _check_seeds(exp.get("seeds", [0]), "experiment.seeds")
     resources = exp.get("resources") or {}
     bad = sorted(set(resources) - {"num_cpus", "nodes", "node_cpus", "max_parallel"})
     if bad:
         raise ConfigError(f"experiment.resources.{bad[0]}", resources[bad[0]],
                           "unknown key; allowed: num_cpus, nodes, node_cpus, max_parallel")
     max_parallel = resources.get("max_parallel")
-    require(max_parallel is None or (isinstance(max_parallel, int) and max_parallel >= 1),
+    require(max_parallel is None or (isinstance(max_parallel, int) and not isinstance(max_parallel, bool) and max_parallel >= 1),
             "experiment.resources.max_parallel", max_parallel, "null (as many as the CPUs fit) or a positive integer")
     num_cpus = resources.get("num_cpus", 1)
-    require(isinstance(num_cpus, (int, float)) and 0 <= num_cpus <= 64, "experiment.resources.num_cpus", num_cpus, "a number in [0, 64]")
+    require(isinstance(num_cpus, (int, float)) and not isinstance(num_cpus, bool) and 0 <= num_cpus <= 64,
+            "experiment.resources.num_cpus", num_cpus, "a number in [0, 64]")
     nodes = resources.get("nodes", 0)
-    require(isinstance(nodes, int) and 0 <= nodes <= 256, "experiment.resources.nodes", nodes, "an integer in [0, 256]")
+    require(isinstance(nodes, int) and not isinstance(nodes, bool) and 0 <= nodes <= 256,
+            "experiment.resources.nodes", nodes, "an integer in [0, 256]")
     node_cpus = resources.get("node_cpus", 0)
-    require(isinstance(node_cpus, (int, float)) and node_cpus >= 0, "experiment.resources.node_cpus", node_cpus, "a non-negative number")
+    require(isinstance(node_cpus, (int, float)) and not isinstance(node_cpus, bool) and node_cpus >= 0,
+            "experiment.resources.node_cpus", node_cpus, "a non-negative number")
 
-    prepares = []
-    for pname, p in (exp.get("prepare") or {}).items():
-        key = f"experiment.prepare.{pname}"
-        require(isinstance(p, dict) and "step" in p, key, p, "a mapping with 'step' and 'params'")
-        step = get_prepare_step(p["step"], f"{key}.step")
-        raw = p.get("params") or {}
-        if step.params is not None:
-            parse_params(step.params, raw, f"{key}.params")
-        prepares.append(PrepareSpec(pname, p["step"], raw))
+    axes = exp.get("axes") or {}
+    require(isinstance(axes, dict), "experiment.axes", axes, "a mapping: axis name -> list of values")
+    for a, vals in axes.items():
+        require(str(a).isidentifier(), f"experiment.axes.{a}", a, "an axis name that is a Python identifier")
+        require(isinstance(vals, list) and vals and len(set(map(repr, vals))) == len(vals),
+                f"experiment.axes.{a}", vals, "a non-empty list of distinct values")
+
+    prepares = _build_prepare(exp.get("prepare") or {})
+    by_entry = {p.name: p for p in prepares}
 
     variants_raw = exp.get("variants") or {}
     require(isinstance(variants_raw, dict) and variants_raw, "experiment.variants", variants_raw, "at least one variant")
+    expanded = _expand_grid(variants_raw, axes)
+    bases = {b for b, _, _ in expanded.values()}
     if only:
-        missing = [v for v in only if v not in variants_raw]
+        missing = [v for v in only if v not in expanded and v not in bases]
         if missing:
-            raise ConfigError("only", missing[0], "a variant of this experiment: " + ", ".join(variants_raw))
+            raise ConfigError("only", missing[0], "a variant of this experiment: " + ", ".join(expanded))
     common = exp.get("common") or {}
     require(isinstance(common, dict), "experiment.common", common, "a mapping: technique name -> shared params")
     for tname in common:
         get_technique(tname, f"experiment.common.{tname}")
     variants = []
-    for vname, v in variants_raw.items():
-        key = f"experiment.variants.{vname}"
-        require(str(vname).isidentifier(), key, vname, "a variant name that is a Python identifier")
-        require(isinstance(v, dict) and "technique" in v, key, v, "a mapping with 'technique', 'role', 'params'")
-        extra = sorted(set(v) - {"technique", "role", "params"})
+    for vname, (base, v, cell) in expanded.items():
+        key = f"experiment.variants.{base}"
+        extra = sorted(set(v) - _VARIANT_KEYS)
         if extra:
-            raise ConfigError(f"{key}.{extra[0]}", v[extra[0]], "unknown key; allowed: technique, role, params")
+            raise ConfigError(f"{key}.{extra[0]}", v[extra[0]], "unknown key; allowed: " + ", ".join(sorted(_VARIANT_KEYS)))
         tech = get_technique(v["technique"], f"{key}.technique")
         role = v.get("role", "technique")
         require(role in ROLES, f"{key}.role", role, "one of " + ", ".join(ROLES))
@@ -172,33 +335,114 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None) ->
                 tech.validate(parsed, exp)
             except ConfigError as e:
                 raise ConfigError(e.key if e.key.startswith("experiment.") else f"{key}.params.{e.key}", e.value, e.allowed) from None
-        if (only and vname not in only) or vname in dropped:
+        vseeds = _check_seeds(v["seeds"], f"{key}.seeds") if v.get("seeds") is not None else seeds
+        inputs = _bind_inputs(v.get("inputs"), tech.inputs, by_entry, f"{key}.inputs", f"technique {tech.name}")
+        if (only and vname not in only and base not in only) or base in dropped or vname in dropped:
             continue
-        variants.append(VariantSpec(vname, tech.name, role, tech.family, raw, parsed))
+        variants.append(VariantSpec(vname, tech.name, role, tech.family, raw, parsed, vseeds, inputs, base, cell))
 
-    names = {v for v in variants_raw}
-    claims = []
-    for cname, c in (exp.get("claims") or {}).items():
-        key = f"experiment.claims.{cname}"
-        require(isinstance(c, dict) and "holds" in c, key, c, "a mapping with 'holds' (and 'paper', 'measured')")
-        extra = sorted(set(c) - {"holds", "paper", "measured", "gate"})
+    names = set(expanded)
+    claims = [_build_claim(cname, c, axes, names) for cname, c in (exp.get("claims") or {}).items()]
+    report = _build_report(dict(exp.get("report") or {}), names, expanded)
+    return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
+                          nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp)
+
+
+def _bind_inputs(given: Any, declared: tuple[str, ...], entries: dict[str, PrepareSpec], key: str, who: str) -> dict[str, str]:
+    """Declared input name -> prepare entry: ``given`` binds some, the rest bind by the same name."""
+    given = given or {}
+    require(isinstance(given, dict), key, given, "a mapping: input name -> prepare entry")
+    for k, entry in given.items():
+        require(k in declared, f"{key}.{k}", entry, f"an input {who} declares: " + (", ".join(declared) or "none"))
+        require(entry in entries, f"{key}.{k}", entry, "a prepare entry of this experiment: " + (", ".join(entries) or "none"))
+    bound = {}
+    for name in declared:
+        entry = given.get(name, name)
+        require(entry in entries, f"{key}.{name}", entry,
+                f"{who} reads input '{name}': add a prepare entry named '{name}' or bind it with inputs: "
+                f"{{{name}: ENTRY}}; entries: " + (", ".join(entries) or "none"))
+        bound[name] = entry
+    return bound
+
+
+def _build_prepare(prep: dict) -> list[PrepareSpec]:
+    require(isinstance(prep, dict), "experiment.prepare", prep, "a mapping: entry name -> {step, params, inputs}")
+    out = []
+    for pname, p in prep.items():
+        key = f"experiment.prepare.{pname}"
+        require(isinstance(p, dict) and "step" in p, key, p, "a mapping with 'step' and 'params'")
+        extra = sorted(set(p) - {"step", "params", "inputs"})
         if extra:
-            raise ConfigError(f"{key}.{extra[0]}", c[extra[0]], "unknown key; allowed: holds, paper, measured, gate")
-        for part in ("holds", "measured"):
-            if c.get(part):
-                parse_expr(str(c[part]), f"{key}.{part}")
-                bad = referenced_variants(str(c[part]), f"{key}.{part}") - names
-                if bad:
-                    raise ConfigError(f"{key}.{part}", c[part], f"names unknown variant {sorted(bad)[0]!r}; variants: " + ", ".join(names))
-        claims.append(Claim(cname, str(c["holds"]), str(c.get("paper", "")), str(c.get("measured", "") or ""),
-                            bool(c.get("gate", True))))
+            raise ConfigError(f"{key}.{extra[0]}", p[extra[0]], "unknown key; allowed: step, params, inputs")
+        step = get_prepare_step(p["step"], f"{key}.step")
+        raw = p.get("params") or {}
+        parsed = parse_params(step.params, raw, f"{key}.params") if step.params is not None else raw
+        out.append(PrepareSpec(pname, step.name, raw, parsed, {}, step.seeded))
+    entries = {p.name: p for p in out}
+    for p in out:
+        step = get_prepare_step(p.step)
+        p.inputs = _bind_inputs(prep[p.name].get("inputs"), step.inputs, entries, f"experiment.prepare.{p.name}.inputs",
+                                f"prepare step {step.name}")
+    for p in out:
+        for inp, up in p.inputs.items():
+            require(p.seeded or not entries[up].seeded, f"experiment.prepare.{p.name}.inputs.{inp}", up,
+                    "an unseeded entry (an unseeded step cannot consume a seeded one: make it seeded too)")
+    topo_order(entries)
+    return out
 
-    report = dict(exp.get("report") or {})
+
+def _build_claim(cname: str, c: Any, axes: dict, names: set[str]) -> Claim:
+    key = f"experiment.claims.{cname}"
+    require(isinstance(c, dict) and "holds" in c, key, c, "a mapping with 'holds' (and 'paper', 'measured')")
+    extra = sorted(set(c) - _CLAIM_KEYS)
+    if extra:
+        raise ConfigError(f"{key}.{extra[0]}", c[extra[0]], "unknown key; allowed: " + ", ".join(sorted(_CLAIM_KEYS)))
+    over = c.get("over") or []
+    over = [over] if isinstance(over, str) else list(over)
+    for a in over:
+        require(a in axes, f"{key}.over", a, "an axis of experiment.axes: " + (", ".join(axes) or "none defined"))
+    at_least = c.get("at_least")
+    n_cells = 1
+    for a in over:
+        n_cells *= len(axes[a])
+    if at_least is not None:
+        require(bool(over), f"{key}.at_least", at_least, "only with 'over: AXIS'")
+        require(isinstance(at_least, int) and not isinstance(at_least, bool) and 1 <= at_least <= n_cells,
+                f"{key}.at_least", at_least, f"an integer in [1, {n_cells}] (the cells of {', '.join(over)})")
+    claim = Claim(cname, str(c["holds"]), str(c.get("paper", "")), str(c.get("measured", "") or ""),
+                  bool(c.get("gate", True)), tuple(over), tuple((a, tuple(axes[a])) for a in over), at_least)
+    for part in ("holds", "measured"):
+        text = getattr(claim, part)
+        stray = template_axes(text) - set(over)
+        if stray:
+            raise ConfigError(f"{key}.{part}", text, f"{{{sorted(stray)[0]}}} needs over: [{sorted(stray)[0]}]")
+    for _, holds, measured in claim.expressions():
+        for part, expr in (("holds", holds), ("measured", measured)):
+            if not expr:
+                continue
+            parse_expr(expr, f"{key}.{part}")
+            bad = referenced_variants(expr, f"{key}.{part}") - names
+            if bad:
+                raise ConfigError(f"{key}.{part}", expr, f"names unknown variant {sorted(bad)[0]!r}; variants: "
+                                  + ", ".join(sorted(names)))
+    return claim
+
+
+def _build_report(report: dict, names: set[str], expanded: dict) -> dict:
     base = report.get("baseline")
     if base is not None:
-        require(base in names, "experiment.report.baseline", base, "a variant name: " + ", ".join(names))
+        require(base in names, "experiment.report.baseline", base, "a variant name: " + ", ".join(sorted(names)))
+    plots = []
     for i, plot in enumerate(report.get("plots") or []):
         require(isinstance(plot, dict) and plot.get("kind") in PLOT_KINDS, f"experiment.report.plots[{i}].kind",
                 (plot or {}).get("kind") if isinstance(plot, dict) else plot, "one of " + ", ".join(PLOT_KINDS))
-    return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seed, float(num_cpus),
-                          nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, raw=exp)
+        if plot.get("variants"):  # a grid variant's base name stands for all of its cells
+            cells = []
+            for v in plot["variants"]:
+                group = [n for n, (b, _, _) in expanded.items() if b == v and n != v]
+                cells += group or [v]
+            plot = {**plot, "variants": cells}
+        plots.append(plot)
+    if plots:
+        report["plots"] = plots
+    return report

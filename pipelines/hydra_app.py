@@ -22,6 +22,7 @@ def main(cfg: DictConfig) -> float:
     plain = OmegaConf.to_container(cfg, resolve=True)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     plain["_job"] = HydraConfig.get().job.num if multirun else ""
+    plain["_overrides"] = list(HydraConfig.get().overrides.task)
     outcome = dag.run(plain, console=Console())
     if outcome.failed:
         if not multirun:

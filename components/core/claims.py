@@ -8,16 +8,29 @@ A claim is written in the experiment config as an expression over ``variant.metr
 Expressions are parsed with :mod:`ast` and only arithmetic, comparisons, boolean logic, constants,
 ``variant.metric`` look-ups and a few functions are allowed: no names from Python, no calls to
 anything else. A missing variant or metric (a crashed run) makes the claim fail, never pass.
+
+Over seeds: ``variant.m`` is the mean over the variant's seeds, ``variant.m_se`` its standard
+error and ``variant.m_n`` the count (components.core.seeds). ``paired(expr)`` evaluates ``expr``
+on every seed that all the variants it names ran, and gives the mean of those per-seed values;
+``paired_se(expr)`` their standard error (NaN below two seeds, so the claim fails). "gain >= 0.05
+and > 2 SE" is ``paired(a.m - b.m) >= 0.05 and paired(a.m - b.m) > 2 * paired_se(a.m - b.m)``.
+
+Over a grid axis: a claim with ``over: axis`` (or a list of axes) is checked once per value,
+with ``{axis}`` in ``holds``/``measured`` replaced by it; it holds when at least ``at_least``
+of the cells hold (default: every cell).
 """
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import operator
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from components.core.errors import ConfigError
+from components.core.seeds import mean_se
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.Pow: operator.pow, ast.Mod: operator.mod}
@@ -25,6 +38,9 @@ _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.G
            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 _FUNCS = {"min": min, "max": max, "abs": abs, "log10": math.log10, "log": math.log, "sqrt": math.sqrt,
           "all": all, "any": any}
+_SEED_FUNCS = ("paired", "paired_se")   # evaluate their argument once per shared seed
+_ALLOWED_CALLS = set(_FUNCS) | set(_SEED_FUNCS)
+_AXIS = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class MissingMetric(KeyError):
@@ -34,10 +50,43 @@ class MissingMetric(KeyError):
 @dataclass(frozen=True)
 class Claim:
     name: str
-    holds: str               # boolean expression
+    holds: str               # boolean expression (a template with {axis} when ``over`` is set)
     paper: str = ""          # the paper's figure or statement, for the scoreboard
     measured: str = ""       # expression shown as the measured figure (defaults to a summary)
     gate: bool = True        # False: reported, not counted as a check (a control)
+    over: tuple[str, ...] = ()               # grid axes the claim quantifies over
+    axes: tuple[tuple[str, tuple], ...] = ()  # (axis, values) for each axis in ``over``
+    at_least: int | None = None              # cells that must hold (None: every cell)
+
+    def cells(self) -> list[dict[str, Any]]:
+        """One {axis: value} per cell; a single empty cell without ``over``."""
+        if not self.over:
+            return [{}]
+        values = dict(self.axes)
+        return [dict(zip(self.over, combo)) for combo in itertools.product(*(values[a] for a in self.over))]
+
+    def expressions(self) -> list[tuple[dict, str, str]]:
+        """(cell, holds, measured) with the axis values substituted."""
+        return [(c, substitute(self.holds, c), substitute(self.measured, c) if self.measured else "")
+                for c in self.cells()]
+
+
+def substitute(template: str, cell: Mapping[str, Any]) -> str:
+    """Replace ``{axis}`` by the cell's value: inside a name (``php_{pattern}``) as the grid
+    spells it in variant names, elsewhere as the value itself (unknown names are left for the
+    parser to reject)."""
+    def repl(m: re.Match) -> str:
+        if m.group(1) not in cell:
+            return m.group(0)
+        value = cell[m.group(1)]
+        in_name = m.start() > 0 and (template[m.start() - 1].isalnum() or template[m.start() - 1] == "_")
+        return re.sub(r"\W", "_", str(value)) if in_name else repr(value) if isinstance(value, str) else str(value)
+
+    return _AXIS.sub(repl, template)
+
+
+def template_axes(template: str) -> set[str]:
+    return set(_AXIS.findall(template or ""))
 
 
 def parse_expr(expr: str, key: str) -> ast.Expression:
@@ -51,22 +100,52 @@ def parse_expr(expr: str, key: str) -> ast.Expression:
                                ast.Load, ast.Call, ast.List, ast.Tuple, *_BINOPS, *_CMPOPS))
         if not ok:
             raise ConfigError(key, expr, f"only arithmetic, comparisons and variant.metric names ({type(node).__name__} found)")
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCS):
-            raise ConfigError(key, expr, "only calls to " + ", ".join(sorted(_FUNCS)))
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _ALLOWED_CALLS):
+            raise ConfigError(key, expr, "only calls to " + ", ".join(sorted(_ALLOWED_CALLS)))
+        if isinstance(node, ast.Call) and node.func.id in _SEED_FUNCS and len(node.args) != 1:
+            raise ConfigError(key, expr, f"{node.func.id}(expr) takes one expression")
     return tree
 
 
 def referenced_variants(expr: str, key: str = "claim") -> set[str]:
     """Variant names an expression reads (the left side of every ``variant.metric``)."""
-    tree = parse_expr(expr, key)
-    return {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    return _node_variants(parse_expr(expr, key))
 
 
-def evaluate(expr: str, metrics: Mapping[str, Mapping[str, float]], key: str = "claim") -> Any:
-    """Evaluate ``expr`` against ``metrics[variant][metric]``."""
-    tree = parse_expr(expr, key)
+def _node_variants(node: ast.AST) -> set[str]:
+    return {n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
 
-    def ev(node: ast.AST) -> Any:
+
+def evaluate(expr: str, metrics: Mapping[str, Mapping[str, float]], key: str = "claim",
+             seed_metrics: Mapping[str, Mapping[int, Mapping[str, float]]] | None = None) -> Any:
+    """Evaluate ``expr`` against ``metrics[variant][metric]`` (aggregates over seeds);
+    ``paired(...)`` and ``paired_se(...)`` read ``seed_metrics[variant][seed][metric]``."""
+    return _value(expr, metrics, key, seed_metrics)[0]
+
+
+def _per_seed(node: ast.AST, seed_metrics, run) -> list[float]:
+    """``node`` evaluated on every seed all of its variants ran."""
+    variants = _node_variants(node)
+    for v in variants:
+        if v not in seed_metrics:
+            raise MissingMetric(f"variant {v!r} has no results")
+    common = set.intersection(*(set(seed_metrics[v]) for v in variants)) if variants else set()
+    if not common:
+        raise MissingMetric("no seed shared by " + ", ".join(sorted(variants)))
+    return [float(run(node, {v: seed_metrics[v][s] for v in variants})) for s in sorted(common)]
+
+
+class _Evaluator:
+    def __init__(self, expr: str, key: str, seed_metrics):
+        self.expr, self.key, self.seed_metrics = expr, key, seed_metrics
+        self.nan_seen = False
+
+    def run(self, node: ast.AST, metrics) -> Any:
+        expr, key = self.expr, self.key
+
+        def ev(child: ast.AST) -> Any:
+            return self.run(child, metrics)
+
         if isinstance(node, ast.Expression):
             return ev(node.body)
         if isinstance(node, ast.Constant):
@@ -77,7 +156,10 @@ def evaluate(expr: str, metrics: Mapping[str, Mapping[str, float]], key: str = "
                 raise MissingMetric(f"variant {variant!r} has no results")
             if metric not in metrics[variant]:
                 raise MissingMetric(f"{variant}.{metric} was not reported")
-            return metrics[variant][metric]
+            val = metrics[variant][metric]
+            if isinstance(val, float) and math.isnan(val):
+                self.nan_seen = True
+            return val
         if isinstance(node, ast.Name):
             raise ConfigError(key, expr, f"bare name {node.id!r}; write variant.metric")
         if isinstance(node, ast.BoolOp):
@@ -98,11 +180,15 @@ def evaluate(expr: str, metrics: Mapping[str, Mapping[str, float]], key: str = "
             return True
         if isinstance(node, (ast.List, ast.Tuple)):
             return [ev(e) for e in node.elts]
+        if isinstance(node, ast.Call) and node.func.id in _SEED_FUNCS:
+            vals = _per_seed(node.args[0], self.seed_metrics, self.run)
+            mean, se = mean_se(vals)
+            out = mean if node.func.id == "paired" else se
+            self.nan_seen = self.nan_seen or math.isnan(out)
+            return out
         if isinstance(node, ast.Call):
             return _FUNCS[node.func.id](*[ev(a) for a in node.args])
         raise ConfigError(key, expr, f"unsupported syntax {type(node).__name__}")
-
-    return ev(tree)
 
 
 @dataclass
@@ -114,6 +200,7 @@ class ClaimOutcome:
     gate: bool
     error: str = ""
     skipped: bool = False   # its variants were not run (only=...): neither holds nor fails
+    cells: list = field(default_factory=list)   # per axis cell: {cell, holds, measured, error}
 
 
 def _fmt(v: Any) -> str:
@@ -126,15 +213,39 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]]) -> ClaimOutcome:
-    """Evaluate one claim; a missing metric or NaN makes it fail with the reason attached."""
-    measured = ""
-    try:
-        if claim.measured:
-            measured = _fmt(evaluate(claim.measured, metrics, f"claims.{claim.name}.measured"))
-        value = evaluate(claim.holds, metrics, f"claims.{claim.name}.holds")
-        if isinstance(value, float) and math.isnan(value):
-            raise ValueError("NaN")
-        return ClaimOutcome(claim.name, claim.paper, measured, bool(value), claim.gate)
-    except (MissingMetric, ValueError, ZeroDivisionError, TypeError) as e:
-        return ClaimOutcome(claim.name, claim.paper, measured or "n/a", False, claim.gate, error=str(e))
+def _value(expr: str, metrics, key: str, seed_metrics) -> tuple[Any, bool]:
+    """The expression's value, and whether a NaN was read on the way (a NaN compares False)."""
+    ev = _Evaluator(expr, key, seed_metrics or {})
+    return ev.run(parse_expr(expr, key), metrics), ev.nan_seen
+
+
+def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]],
+          seed_metrics: Mapping[str, Mapping[int, Mapping[str, float]]] | None = None) -> ClaimOutcome:
+    """Evaluate one claim (every cell of its axes); a missing metric or a NaN makes a cell fail,
+    with the reason attached."""
+    cells, measured_parts, errors = [], [], []
+    for cell, holds_expr, measured_expr in claim.expressions():
+        label = ",".join(str(v) for v in cell.values())
+        measured, ok, error = "", False, ""
+        try:
+            if measured_expr:
+                measured = _fmt(_value(measured_expr, metrics, f"claims.{claim.name}.measured", seed_metrics)[0])
+            value, nan_seen = _value(holds_expr, metrics, f"claims.{claim.name}.holds", seed_metrics)
+            if isinstance(value, float) and math.isnan(value):
+                raise ValueError("NaN")
+            ok = bool(value)
+            if not ok and nan_seen:
+                error = "a NaN was compared (a standard error needs at least 2 seeds)"
+        except (MissingMetric, ValueError, ZeroDivisionError, TypeError) as e:
+            measured, error = measured or "n/a", str(e)
+        cells.append({"cell": cell, "holds": ok, "measured": measured, "error": error})
+        measured_parts.append(f"{label}: {measured}" if label else measured)
+        if error:
+            errors.append(f"{label}: {error}" if label else error)
+    held = sum(c["holds"] for c in cells)
+    need = len(cells) if claim.at_least is None else claim.at_least
+    measured = "; ".join(measured_parts)
+    if claim.over:
+        measured = f"{held}/{len(cells)} cells hold (need {need}) · " + measured
+    return ClaimOutcome(claim.name, claim.paper, measured, held >= need, claim.gate, error="; ".join(errors),
+                        cells=cells if claim.over else [])

@@ -15,6 +15,9 @@ class RunContext:
     components.core.raytools.NodeActor); techniques host their per-node objects there.
     ``progress(step, total, **live)`` reports progress (rate-limited) to the driver's live table;
     it is a no-op when nothing listens, so techniques can be called directly in tests.
+    ``seed`` is the one seed this call runs (the DAG runs the experiment's seeds as separate
+    calls); ``inputs`` holds exactly the prepared outputs the technique or step declared, under
+    the names it declared them: read them with :meth:`input`.
     """
 
     experiment: str = "adhoc"
@@ -26,6 +29,15 @@ class RunContext:
     reporter: Callable[[str, int, int, dict], None] | None = None
     min_interval_s: float = 0.25
     _last: float = 0.0
+
+    def input(self, name: str) -> Any:
+        """The prepared input ``name`` (declared in the technique's or step's ``inputs``)."""
+        if name not in self.inputs:
+            from components.core.errors import ConfigError
+
+            raise ConfigError("inputs", name, "a declared, prepared input; this call has: "
+                              + (", ".join(sorted(self.inputs)) or "none"))
+        return self.inputs[name]
 
     def progress(self, step: int, total: int, **live: float) -> None:
         if self.reporter is None:

@@ -7,7 +7,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from components.core.registry import TECHNIQUES, discover
+from components.core.registry import KINDS, entries
 from pipelines.config import ROOT, experiment_names
 
 
@@ -17,16 +17,27 @@ def cli(*args, env=None, timeout=120):
                           timeout=timeout, env=e, cwd=ROOT)
 
 
-def test_list_names_every_experiment_and_technique_with_its_file():
+def test_list_names_every_experiment_and_registered_entry_with_its_file():
+    # Execute
     r = cli("list", env={"COLUMNS": "250"})
+    # Assert: every experiment, and every entry of every kind with the file that defines it
     assert r.returncode == 0, r.stderr
-    discover()
     for name in experiment_names():
         assert name in r.stdout
-    for name, tech in TECHNIQUES.items():
-        assert name in r.stdout
-        assert (Path(ROOT) / tech.file).is_file(), tech.file
-        assert tech.file in r.stdout, f"{name}: file {tech.file} not shown"
+    for kind in KINDS:
+        for name, e in entries(kind).items():
+            assert name in r.stdout
+            assert (Path(ROOT) / e.file).is_file(), e.file
+            assert e.file in r.stdout, f"{kind} {name}: file {e.file} not shown"
+
+
+def test_list_kind_shows_only_that_kind_and_rejects_unknown_kinds():
+    # Execute
+    blocks = cli("list", "block", env={"COLUMNS": "250"})
+    bad = cli("list", "nope")
+    # Assert
+    assert blocks.returncode == 0 and "pre_ln" in blocks.stdout and "experiments" not in blocks.stdout
+    assert bad.returncode == 2 and "list KIND='nope'" in bad.stderr and "technique" in bad.stderr
 
 
 def test_compare_writes_html_with_latest_runs(run_experiment, tracking_uri, runs_dir):

@@ -41,5 +41,5 @@ def test_tracking_env_wins(monkeypatch, tmp_path):
 
 
 def test_sweep_expansion():
-    jobs = config.expand_sweep(["experiment=error_feedback", "experiment.seed=0,1,2", "debug=true"])
+    jobs = config.expand_sweep(["experiment=error_feedback", "experiment.seeds=[0],[1],[2]", "debug=true"])
     assert len(jobs) == 3 and all("debug=true" in j for j in jobs)

@@ -1,0 +1,1 @@
+"""The DAG's stages, one module each: prepare, execute, evaluate, report."""

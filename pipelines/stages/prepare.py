@@ -1,0 +1,114 @@
+"""prepare: the graph of prepare steps the selected variants need, upstream first, cached by content.
+
+Each needed (entry, seed) is one Ray task; a step's upstream outputs reach it as Ray object
+references (never copied through the driver), and the driver saves every new output to the
+shared cache. A cache hit is loaded once and put in the object store.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from components.core.cache import StageCache, cache_key, code_version
+from components.core.context import RunContext
+from components.core.errors import require
+from components.core.registry import discover, get_prepare_step
+from pipelines.experiment import ExperimentSpec, PrepareSpec
+
+
+def run_step(step_name: str, params: Any, ctx_fields: dict, names: list[str], *upstream) -> tuple[Any, float]:
+    """One prepare step in this process; ``upstream`` are its inputs in the order of ``names``."""
+    discover()
+    step = get_prepare_step(step_name)
+    t0 = time.perf_counter()
+    out = step.fn(params, RunContext(**ctx_fields, inputs=dict(zip(names, upstream))))
+    return out, time.perf_counter() - t0
+
+
+def entry_keys(spec: ExperimentSpec, needed: list[tuple[PrepareSpec, list]]) -> dict[tuple[str, Any], str]:
+    """Cache key of every needed (entry, seed): step, parsed params, upstream keys, seed, code."""
+    keys: dict[tuple[str, Any], str] = {}
+    for p, seeds in needed:  # upstream first, so their keys exist
+        version = code_version(get_prepare_step(p.step).fn)
+        for seed in seeds:
+            upstream = {inp: keys[(up, seed if spec.entry(up).seeded else None)] for inp, up in p.inputs.items()}
+            keys[(p.name, seed)] = cache_key(p.step, p.params, version, upstream, seed)
+    return keys
+
+
+def _ctx(spec: ExperimentSpec, p: PrepareSpec, seed: Any, key: str, runs_dir: Path) -> dict:
+    return {"experiment": spec.name, "variant": f"prepare:{p.name}" + (f"@{seed}" if seed is not None else ""),
+            "seed": 0 if seed is None else seed, "workdir": runs_dir / "cache" / f"{key}.work"}
+
+
+def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, console) -> tuple[dict, dict, float]:
+    """Build (or load) what the selected variants need. Returns ({(entry, seed): object ref},
+    {label: hit|miss}, compute seconds of the steps that ran)."""
+    import ray
+
+    cache = StageCache(runs_dir / "cache")
+    needed = spec.needed_prepare()
+    keys = entry_keys(spec, needed)
+    refs: dict[tuple[str, Any], Any] = {}
+    status: dict[str, str] = {}
+    pending: dict = {}
+    task = ray.remote(num_cpus=spec.num_cpus, num_returns=2, max_retries=0)(run_step)
+    for p, seeds in needed:
+        for seed in seeds:
+            key = keys[(p.name, seed)]
+            label = p.name + (f"@{seed}" if seed is not None else "")
+            if cache.has(key):
+                refs[(p.name, seed)] = ray.put(cache.load(key))
+                status[label] = "hit"
+                continue
+            names = list(p.inputs)
+            ups = [refs[(p.inputs[n], seed if spec.entry(p.inputs[n]).seeded else None)] for n in names]
+            out_ref, secs_ref = task.options(name=f"{spec.name}:prepare:{label}").remote(
+                p.step, p.params, _ctx(spec, p, seed, key, runs_dir), names, *ups)
+            refs[(p.name, seed)] = out_ref
+            pending[label] = (out_ref, secs_ref, key)
+            status[label] = "miss"
+    if pending and console is not None:
+        console.print(f"[dim]prepare: building {', '.join(pending)}…[/dim]")
+    compute_s = 0.0
+    for label, (out_ref, secs_ref, key) in pending.items():
+        out, secs = ray.get([out_ref, secs_ref])
+        cache.save(key, out)
+        compute_s += secs
+    if status:
+        tracker.set_tags(parent_id, {f"prepare.{k}.cache": v for k, v in status.items()})
+    return refs, status, compute_s
+
+
+def prepare_local(spec: ExperimentSpec, name: str, runs_dir: Path, seed: int | None = None) -> tuple[Any, str]:
+    """One prepare entry of ``spec`` (and its upstream) in this process: from the shared cache, or
+    built and cached. For tools outside a DAG run (``dtlab serve``, benchmarks). Returns
+    (output, "hit" or "miss" for the entry itself)."""
+    require(any(p.name == name for p in spec.prepare), "prepare", name,
+            f"a prepare entry of {spec.name}: " + ", ".join(p.name for p in spec.prepare))
+    seed = spec.seed if seed is None else seed
+    by_name = {p.name: p for p in spec.prepare}
+    order: list[str] = []
+
+    def visit(n: str) -> None:
+        for up in by_name[n].inputs.values():
+            visit(up)
+        if n not in order:
+            order.append(n)
+
+    visit(name)
+    needed = [(by_name[n], [seed if by_name[n].seeded else None]) for n in order]
+    keys = entry_keys(spec, needed)
+    cache, outs, state = StageCache(runs_dir / "cache"), {}, "hit"
+    for p, (s,) in needed:
+        key = keys[(p.name, s)]
+        if cache.has(key):
+            outs[p.name], state = cache.load(key), "hit"
+            continue
+        names = list(p.inputs)
+        outs[p.name], _ = run_step(p.step, p.params, _ctx(spec, p, s, key, runs_dir), names,
+                                   *[outs[p.inputs[n]] for n in names])
+        cache.save(key, outs[p.name])
+        state = "miss"
+    return outs[name], state
