@@ -12,7 +12,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GRID = ["experiment.seed=0,1,2,3"]
+GRID = ["experiment.seeds=[0],[1],[2],[3]"]
 PROBE = ["experiment=platform_probe", "experiment.common.probe.seconds=3.0", "experiment.common.probe.steps=6",
          "cluster.include_dashboard=false"]
 

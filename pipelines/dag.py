@@ -13,10 +13,13 @@ A crash anywhere ends every open run FAILED (KILLED on Ctrl-C) with the error as
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -96,8 +99,53 @@ def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str
     return exp_id, parent_id
 
 
+_received: list[str] = []  # signals turned into Terminated during this process's current run
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached the driver: the run ends like Ctrl-C (its runs KILLED, with the reason)."""
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """In a driver's main thread, turn SIGTERM and SIGHUP into :class:`Terminated` for the block
+    (a `timeout`, a closed terminal or a scheduler then leaves no MLflow run RUNNING)."""
+    in_worker = False
+    try:
+        import ray
+
+        in_worker = ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    except Exception:  # noqa: BLE001 - no Ray context: a plain driver
+        pass
+    if threading.current_thread() is not threading.main_thread() or in_worker:
+        yield lambda: None
+        return
+
+    def handler(signum, _frame):
+        _received.append(signal.Signals(signum).name)  # Ray's waits re-raise it as a bare KeyboardInterrupt
+        raise Terminated(f"stopped by {signal.Signals(signum).name}")
+
+    def install() -> None:  # again after ray.init, which sets its own SIGTERM handler in the driver
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, handler)
+
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    _received.clear()
+    install()
+    try:
+        yield install
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
 def run(cfg: dict, console=None) -> RunOutcome:
     """Run one experiment invocation end to end. ``cfg`` is the resolved config as plain Python."""
+    with terminate_as_interrupt() as reinstall:
+        return _run(cfg, console, reinstall)
+
+
+def _run(cfg: dict, console, reinstall_signals) -> RunOutcome:
     from components.core.raytools import init_ray
     from pipelines.live import print_scoreboard
 
@@ -119,6 +167,7 @@ def run(cfg: dict, console=None) -> RunOutcome:
                 pass
             raise
         exp_id, parent_id = opening.result()
+    reinstall_signals()
     if ray_info.get("dashboard_url"):
         tracker.set_tags(parent_id, {"ray.dashboard": ray_info["dashboard_url"]})
     open_runs = {parent_id}
@@ -160,9 +209,12 @@ def run(cfg: dict, console=None) -> RunOutcome:
         return outcome
     except BaseException as e:
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
+        reason = error_text(e)
+        if status == "KILLED":
+            reason = f"stopped by {_received[-1] if _received else 'Ctrl-C (SIGINT)'}\n{reason}"
         for rid in list(open_runs):
             try:
-                tracker.end(rid, status, error=error_text(e))
+                tracker.end(rid, status, error=reason)
             except Exception:
                 pass
         raise
