@@ -16,27 +16,8 @@ from typing import Any
 from rich.console import Console
 
 from components.core.claims import ClaimOutcome
-from pipelines.dag import PARENT_TAG
+from components.core.runs_query import latest_parents
 from pipelines.live import claims_table, comparison_table
-
-
-def latest_parents(client, names: list[str] | None) -> list[tuple[Any, Any]]:
-    """(experiment, latest parent run) for each named experiment, or for all of them."""
-    exps = client.search_experiments()
-    if names:
-        known = {e.name: e for e in exps}
-        missing = [n for n in names if n not in known]
-        if missing:
-            raise SystemExit(f"dtlab: error: no runs of experiment(s) {', '.join(missing)}; "
-                             f"tracked: {', '.join(sorted(known)) or 'none'}")
-        exps = [known[n] for n in names]
-    out = []
-    for e in sorted(exps, key=lambda e: e.name):
-        runs = client.search_runs([e.experiment_id], filter_string=f"tags.`{PARENT_TAG}` = 'parent'",
-                                  order_by=["attributes.start_time DESC"], max_results=1)
-        if runs:
-            out.append((e, runs[0]))
-    return out
 
 
 def _read_artifact(client, run_id: str, path: str) -> bytes | None:
@@ -70,12 +51,19 @@ def compare(uri: str, names: list[str] | None, out_dir: str, console: Console | 
 
     console = console or Console()
     client = MlflowClient(tracking_uri=uri)
-    parents = latest_parents(client, names or None)
+    try:
+        parents = latest_parents(client, names or None)
+    except ValueError as e:
+        raise SystemExit(f"dtlab: error: {e}") from None
     if not parents:
-        console.print(f"no dtlab runs in {uri}; run `dtlab run experiment=NAME` first")
+        console.print(f"no finished dtlab runs in {uri}; run `dtlab run experiment=NAME` first")
         return None
     sections = []
-    for exp, run in parents:
+    for latest in parents:
+        exp, run = latest.experiment, latest.run
+        if latest.skipped:
+            console.print(f"[dim]{exp.name}: skipped {len(latest.skipped)} newer run(s) not ended: "
+                          + ", ".join(f"{r.info.run_name} ({r.info.status})" for r in latest.skipped) + "[/]")
         rows = json.loads(_read_artifact(client, run.info.run_id, "comparison.json") or b"[]")
         claims_raw = json.loads(_read_artifact(client, run.info.run_id, "claims.json") or b"[]")
         claims = [ClaimOutcome(**c) for c in claims_raw]
