@@ -15,7 +15,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from benchmarks._util import PeakMemory, run_isolated  # noqa: E402
 
-COLS = ("mean_acc", "acc_std", "worst20_acc", "low_high_p_gap", "mean_acc_seed_std", "rounds_per_s")
+COLS = ("mean_acc", "acc_std", "worst20_acc", "low_high_p_gap", "mean_acc_se", "rounds_per_s")
 
 
 def full_experiment() -> None:
@@ -42,20 +42,22 @@ def scaling(rounds: int = 15) -> None:
     from components.core.context import RunContext
     from components.core.params import parse_params
     from components.core.raytools import start_nodes
+    from components.data.digits import DigitsParams, prepare_digits
     from components.federated.technique import FederatedParams, run_federated
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     rows = []
+    digits = {"digits": prepare_digits(DigitsParams(), RunContext())}
     for hosts in (0, 1, 4):
         nodes = start_nodes(hosts, 0.0, "bench-fl") if hosts else None
         if nodes:
             ray.get([n.keys.remote() for n in nodes])            # actors up before timing
-        p = parse_params(FederatedParams, {"strategy": "php_fl", "rounds": rounds, "seeds": [0], "hosts": hosts,
+        p = parse_params(FederatedParams, {"strategy": "php_fl", "rounds": rounds, "hosts": hosts,
                                            "eval_window": 1})
-        run_federated(parse_params(FederatedParams, {**p.__dict__, "rounds": 1}), RunContext(nodes=nodes))  # warm up
+        run_federated(parse_params(FederatedParams, {**p.__dict__, "rounds": 1}), RunContext(inputs=digits, nodes=nodes))  # warm up
         with PeakMemory() as mem:
             t0 = time.perf_counter()
-            res = run_federated(p, RunContext(nodes=nodes, experiment="bench", variant=f"h{hosts}"))
+            res = run_federated(p, RunContext(inputs=digits, nodes=nodes, experiment="bench", variant=f"h{hosts}"))
             wall = time.perf_counter() - t0
         rows.append((hosts, res.metrics["rounds_per_s"], wall, mem.peak_mb))
         for n in nodes or []:

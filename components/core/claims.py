@@ -235,7 +235,7 @@ def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]],
                 raise ValueError("NaN")
             ok = bool(value)
             if not ok and nan_seen:
-                error = "a NaN was compared (a standard error needs at least 2 seeds)"
+                error = "a NaN was compared (a NaN metric, e.g. a target never reached, or a standard error of one seed)"
         except (MissingMetric, ValueError, ZeroDivisionError, TypeError) as e:
             measured, error = measured or "n/a", str(e)
         cells.append({"cell": cell, "holds": ok, "measured": measured, "error": error})

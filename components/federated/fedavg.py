@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from components.core.errors import require
+from components.core.registry import register
 from components.federated.client import Client, seeded, sgd_epochs
 from components.federated.strategy import Strategy, state_of, weighted_average
 from components.models.small_nets import PRIVATE_ARCHS, make_private
@@ -31,8 +32,8 @@ class FedAvgOptions:
         require(self.prox_mu >= 0, "prox_mu", self.prox_mu, "a non-negative proximal weight")
 
 
+@register("strategy", "fedavg", summary="FedAvg [McMahan et al., 2017] / FedProx (prox_mu > 0) on one homogeneous model")
 class FedAvg(Strategy):
-    name = "fedavg"
     Options = FedAvgOptions
 
     def _build(self, seed: int):
@@ -73,6 +74,3 @@ class FedAvg(Strategy):
         if payload is not None:
             model.load_state_dict(payload)
         return model(X)
-
-
-STRATEGY = FedAvg

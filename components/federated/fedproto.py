@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from components.core.errors import require
+from components.core.registry import register
 from components.federated.client import Client, seeded, sgd_epochs
 from components.federated.strategy import Strategy
 from components.models.small_nets import N_CLASSES, make_private
@@ -39,8 +40,8 @@ def class_prototypes(emb: torch.Tensor, y: torch.Tensor, n_classes: int = N_CLAS
     return sums / counts.clamp(min=1).unsqueeze(1), counts
 
 
+@register("strategy", "fedproto", summary="FedProto [Tan et al., AAAI 2022]: class prototypes shared instead of models")
 class FedProto(Strategy):
-    name = "fedproto"
     Options = FedProtoOptions
 
     def init_global(self, seed: int) -> None:
@@ -95,6 +96,3 @@ class FedProto(Strategy):
         P, have = protos
         d = torch.cdist(model.embed(X), P) ** 2
         return torch.where(have.unsqueeze(0), -d, torch.full_like(d, -torch.inf))
-
-
-STRATEGY = FedProto

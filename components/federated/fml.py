@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from components.core.errors import require
+from components.core.registry import register
 from components.federated.client import Client, seeded, sgd_epochs
 from components.federated.strategy import Strategy, state_of, weighted_average
 from components.models.small_nets import make_aux, make_private
@@ -57,8 +58,8 @@ class SharedAuxStrategy(Strategy):
         client.models["aux"] = seeded(lambda: make_aux(self.fl.aux_hidden), client.seed + 7919)
 
 
+@register("strategy", "fml", summary="FML [Shen et al., 2020]: private model + shared meme model, deep mutual learning")
 class FML(SharedAuxStrategy):
-    name = "fml"
     Options = FMLOptions
 
     def fit(self, client: Client, payload, rnd):
@@ -80,6 +81,3 @@ class FML(SharedAuxStrategy):
     @torch.no_grad()
     def logits(self, client: Client, X, payload):
         return client.models["private"](X)
-
-
-STRATEGY = FML

@@ -11,11 +11,11 @@ from typing import Any
 import torch
 
 from components.federated.client import Client, ClientSpec, accuracy
-from components.federated.strategy import FLConfig, make_strategy
+from components.federated.strategy import FLConfig, Strategy, make_strategy
 
 
 class ClientHost:
-    def __init__(self, strategy: str, options: dict, fl: FLConfig, specs: list[ClientSpec]):
+    def __init__(self, strategy: type[Strategy], options: dict, fl: FLConfig, specs: list[ClientSpec]):
         torch.set_num_threads(1)
         self.strategy = make_strategy(strategy, options, fl)
         self.clients: dict[int, Client] = {}

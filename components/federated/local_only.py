@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from components.core.registry import register
 from components.federated.client import Client, seeded, sgd_epochs
 from components.federated.strategy import Strategy
 from components.models.small_nets import make_private
@@ -20,8 +21,8 @@ class LocalOnlyOptions:
         pass
 
 
+@register("strategy", "local_only", summary="Local-only: each client trains its own model when it participates, no communication")
 class LocalOnly(Strategy):
-    name = "local_only"
     Options = LocalOnlyOptions
 
     def init_client(self, client: Client) -> None:
@@ -37,6 +38,3 @@ class LocalOnly(Strategy):
     @torch.no_grad()
     def logits(self, client: Client, X, payload):
         return client.models["private"](X)
-
-
-STRATEGY = LocalOnly

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from components.core.errors import require
+from components.core.registry import register
 from components.federated.client import Client, sgd_epochs
 from components.federated.fml import SharedAuxStrategy, kl_to
 from components.federated.strategy import state_of
@@ -88,8 +89,9 @@ def ispu_merge(local: torch.nn.Module, global_state: dict, scores: dict[str, tor
     return kept
 
 
+@register("strategy", "php_fl", summary="PHP-FL [NeurIPS 2025]: DEAL (dual-end aligned ensemble of private F_i and shared G_i) "
+          "+ ISPU (importance-masked merge of the global G); switches for ablations")
 class PHPFL(SharedAuxStrategy):
-    name = "php_fl"
     Options = PHPFLOptions
 
     def init_client(self, client: Client) -> None:
@@ -137,6 +139,3 @@ class PHPFL(SharedAuxStrategy):
             return zf
         w = torch.sigmoid(client.state["ens_logit"])
         return w * zf + (1 - w) * client.models["aux"](X)
-
-
-STRATEGY = PHPFL

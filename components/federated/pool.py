@@ -16,7 +16,7 @@ from typing import Any
 
 from components.federated.client import ClientSpec
 from components.federated.host import ClientHost
-from components.federated.strategy import FLConfig
+from components.federated.strategy import FLConfig, Strategy
 
 
 @dataclass
@@ -36,7 +36,7 @@ class RoundOut:
 
 
 class HostPool:
-    def __init__(self, key: str, strategy: str, options: dict, fl: FLConfig, specs: list[ClientSpec],
+    def __init__(self, key: str, strategy: type[Strategy], options: dict, fl: FLConfig, specs: list[ClientSpec],
                  n_hosts: int, nodes: list | None = None, own_nodes: bool = False):
         self.key, self.strategy, self.options, self.fl = key, strategy, options, fl
         self.specs = {s.cid: s for s in specs}

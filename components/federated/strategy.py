@@ -3,22 +3,21 @@
 A strategy is one federated algorithm, written without Ray: the server side (``init_global``,
 ``payload``, ``aggregate``) runs in the server loop, the client side (``init_client``, ``fit``,
 ``logits``) runs wherever the client lives (a Ray actor, or in-process in tests). Both sides get
-their own instance built from the same (name, options, FLConfig), as in Flower, where the
+their own instance built from the same (class, options, FLConfig), as in Flower, where the
 strategy and the ClientApp are configured from one run config.
+
+Each strategy registers itself where it is defined, ``@register("strategy", "fml", summary=...)``,
+and is found by :func:`strategy_class` (``dtlab list strategy`` shows them with their files).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from components.core.registry import lookup
 from components.federated.client import Client
-
-# name -> module under components.federated holding `Strategy` subclass `STRATEGY`
-STRATEGY_MODULES = {"fedavg": "fedavg", "local_only": "local_only", "fml": "fml", "fedproto": "fedproto",
-                    "php_fl": "php_fl"}
 
 
 @dataclass
@@ -33,9 +32,8 @@ class FLConfig:
 
 
 class Strategy:
-    """Base class; subclasses set ``name`` and ``Options`` (a dataclass of their knobs)."""
+    """Base class; subclasses set ``Options`` (a dataclass of their knobs) and register themselves."""
 
-    name = "base"
     Options: type | None = None
 
     def __init__(self, options: Any, fl: FLConfig):
@@ -66,20 +64,19 @@ class Strategy:
         raise NotImplementedError
 
 
-def make_strategy(name: str, options: dict | Any, fl: FLConfig) -> Strategy:
-    """Instantiate a strategy by name; ``options`` may be a raw mapping (parsed and checked here)."""
-    from components.core.errors import require
+def strategy_class(name: str, key: str = "strategy") -> type[Strategy]:
+    """The registered strategy ``name``; ConfigError(key, name, the known names) if there is none."""
+    return lookup("strategy", name, key=key)
+
+
+def make_strategy(cls: type[Strategy], options: dict | Any, fl: FLConfig) -> Strategy:
+    """Instantiate a strategy class; ``options`` may be a raw mapping (parsed and checked here).
+    Hosts receive the class, not its name, so an actor imports only the strategy's module."""
     from components.core.params import parse_params
 
-    require(name in STRATEGY_MODULES, "strategy", name, "one of " + ", ".join(STRATEGY_MODULES))
-    cls = importlib.import_module(f"components.federated.{STRATEGY_MODULES[name]}").STRATEGY
     if isinstance(options, dict) or options is None:
         options = parse_params(cls.Options, options or {}, "options") if cls.Options else options
     return cls(options, fl)
-
-
-def strategy_options_class(name: str):
-    return importlib.import_module(f"components.federated.{STRATEGY_MODULES[name]}").STRATEGY.Options
 
 
 # ------------------------------------------------------------------------------ shared pieces

@@ -1,20 +1,20 @@
-"""Registered technique `federated`: one federated run per seed (clients on Ray actors, server
-loop in the variant task), for any strategy in this package, with the fairness metrics PHP-FL is
-judged by. Baselines and PHP-FL ablations are the same technique with other params.
+"""Registered technique `federated`: one federated run for one seed (clients on Ray actors, server
+loop in the variant task), for any registered strategy (``dtlab list strategy``: FedAvg/FedProx,
+local-only, FML, FedProto, PHP-FL), with the fairness metrics PHP-FL is judged by. Baselines and
+PHP-FL ablations are the same technique with other params.
 
-Per variant (averaged over ``seeds``; one seed = one Dirichlet split, one assignment of
-participation probabilities and one participation sequence, identical across strategies):
-mean_acc, acc_std (fairness: spread of client accuracies), worst20_acc (mean of the worst 20%
-of clients), low_high_p_gap (mean accuracy of the lowest-p quartile minus the highest-p
-quartile), per-round curves, a per-client table and a plot of accuracy against participation
-probability.
+``ctx.seed`` fixes one Dirichlet split, one assignment of participation probabilities and one
+participation sequence, identical across strategies, so the DAG pairs methods seed by seed.
+Metrics: mean_acc, acc_std (fairness: spread of client accuracies within the run), worst20_acc
+(mean of the worst 20% of clients), low_high_p_gap (mean accuracy of the lowest-p quartile minus
+the highest-p quartile); per-round curves, a per-client table and a plot of accuracy against
+participation probability.
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
@@ -22,19 +22,19 @@ from components.core.errors import require
 from components.core.params import parse_params
 from components.core.registry import technique
 from components.core.result import Result
-from components.data.digits import dirichlet_partition, load_digits_arrays, train_test_split_per_client
+from components.data.digits import dirichlet_partition, train_test_split_per_client
 from components.federated.client import ClientSpec
 from components.federated.participation import check_pattern, client_probs
 from components.federated.pool import HostPool
 from components.federated.server import History, run_federation
-from components.federated.strategy import FLConfig, make_strategy, strategy_options_class
+from components.federated.strategy import FLConfig, make_strategy, strategy_class
 from components.models.small_nets import PRIVATE_ARCHS
 from components.core.plotting import fig_png
 
 
 @dataclass
 class FederatedParams:
-    strategy: Literal["fedavg", "local_only", "fml", "fedproto", "php_fl"] = "php_fl"
+    strategy: str = "php_fl"         # a registered strategy (dtlab list strategy)
     options: dict = field(default_factory=dict)        # the strategy's own knobs (its Options dataclass)
     participation: dict = field(default_factory=lambda: {"pattern": "linear"})
     n_clients: int = 20
@@ -48,7 +48,6 @@ class FederatedParams:
     lr: float = 0.05
     emb_dim: int = 32
     aux_hidden: int = 16
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     eval_window: int = 5             # final per-client accuracy = mean of the last k evaluations
     hosts: int = 4                   # client hosts (Ray actors); 0 = in-process, no Ray
     fault: dict = field(default_factory=dict)   # {host: h, round: r}: kill host h's actor during round r
@@ -69,10 +68,11 @@ class FederatedParams:
         require(self.batch_size >= 1, "batch_size", self.batch_size, "a positive batch size")
         require(self.lr > 0, "lr", self.lr, "a positive learning rate")
         require(self.emb_dim >= 1 and self.aux_hidden >= 1, "emb_dim", self.emb_dim, "positive widths")
-        require(len(self.seeds) >= 1, "seeds", self.seeds, "at least one seed")
         require(1 <= self.eval_window <= self.rounds + 1, "eval_window", self.eval_window, f"an integer in [1, rounds + 1 = {self.rounds + 1}]")
         require(self.hosts >= 0, "hosts", self.hosts, "a non-negative number of host actors (0: in-process)")
-        parse_params(strategy_options_class(self.strategy), self.options, "options")
+        options = strategy_class(self.strategy).Options
+        if options is not None:
+            parse_params(options, self.options, "options")
         if self.fault:
             bad = sorted(set(self.fault) - {"host", "round"})
             require(not bad, f"fault.{bad[0] if bad else ''}", self.fault, "only keys host, round")
@@ -108,33 +108,27 @@ def split_clients(X, y, p: FederatedParams, seed: int) -> list[ClientSpec]:
     return specs
 
 
-def _digits(ctx) -> tuple[np.ndarray, np.ndarray]:
-    for v in (ctx.inputs or {}).values():
-        if isinstance(v, dict) and "X" in v and "y" in v:
-            return np.asarray(v["X"], np.float32), np.asarray(v["y"], np.int64)
-    return load_digits_arrays()
-
-
 def run_one_seed(p: FederatedParams, X, y, seed: int, nodes, own_nodes: bool, key: str, progress=None) -> tuple[History, list[ClientSpec]]:
-    """One federation: split, probabilities, hosts, server loop."""
+    """One federation: split, probabilities, hosts, server loop, all drawn from ``seed``."""
     specs = split_clients(X, y, p, seed)
     probs = client_probs(p.participation, p.n_clients, np.random.default_rng([seed, 2]))
     fl = p.fl_config()
-    pool = HostPool(key, p.strategy, p.options, fl, specs, max(1, p.hosts), nodes, own_nodes)
+    cls = strategy_class(p.strategy)
+    pool = HostPool(key, cls, p.options, fl, specs, max(1, p.hosts), nodes, own_nodes)
     try:
-        hist = run_federation(make_strategy(p.strategy, p.options, fl), pool, probs, p.rounds,
+        hist = run_federation(make_strategy(cls, p.options, fl), pool, probs, p.rounds,
                               np.random.default_rng([seed, 3]), seed * 1000 + 999, p.fault or None, progress)
     finally:
         pool.close()
     return hist, specs
 
 
-@technique("federated", family="federated", params=FederatedParams,
-           summary="Federated learning on Ray actors (clients hosted several per actor): FedAvg/FedProx, local-only, "
-                   "FML, FedProto and PHP-FL (DEAL + ISPU, parts switchable) under unequal participation patterns; "
-                   "accuracy and fairness per client.")
+@technique("federated", family="federated", params=FederatedParams, inputs=("digits",),
+           summary="Federated learning on Ray actors (clients hosted several per actor) for any registered strategy "
+                   "(params.strategy: fedavg, local_only, fml, fedproto, php_fl; dtlab list strategy) under unequal "
+                   "participation patterns; accuracy and fairness per client.")
 def run_federated(p: FederatedParams, ctx) -> Result:
-    """Runs the seeds; with Ray hosts, from a helper thread (see :func:`off_main_thread`)."""
+    """Runs one seed; with Ray hosts, from a helper thread (see :func:`off_main_thread`)."""
     import torch
 
     torch.set_num_threads(1)
@@ -156,65 +150,53 @@ def off_main_thread(fn, *args):
 
 
 def _run_federated(p: FederatedParams, ctx) -> Result:
-    X, y = _digits(ctx)
-    total = p.rounds * len(p.seeds)
-    per_seed, rows, events, curves, hists = [], [], [], [], []
+    digits = ctx.input("digits")
+    X, y = np.asarray(digits["X"], np.float32), np.asarray(digits["y"], np.int64)
+    seed = ctx.seed
     t0 = time.perf_counter()
-    for si, seed in enumerate(p.seeds):
-        nodes, own = None, False
-        if p.hosts > 0:
-            if p.fault or not ctx.nodes:   # a fault drill kills actors: never the shared pool
-                from components.core.raytools import start_nodes
+    nodes, own = None, False
+    if p.hosts > 0:
+        if p.fault or not ctx.nodes:   # a fault drill kills actors: never the shared pool
+            from components.core.raytools import start_nodes
 
-                nodes, own = start_nodes(p.hosts, 0.0, "fl-host"), True
-            else:
-                nodes = ctx.nodes
-
-        def progress(r, acc, si=si):
-            ctx.progress(si * p.rounds + r, total, acc=acc)
-
-        hist, specs = run_one_seed(p, X, y, seed, nodes, own, f"{ctx.experiment}/{ctx.variant}/s{seed}", progress)
-        hists.append(hist)
-        final = np.nanmean(hist.acc[-p.eval_window:], axis=0)
-        m = fairness_metrics(final, hist.probs)
-        m.update(never_sampled=float((hist.sampled == 0).sum()), dropped_participants=float(hist.dropped),
-                 host_failures=float(sum(e["event"] == "host_died" for e in hist.events)),
-                 participation_rate=float(hist.participations.sum() / (p.rounds * p.n_clients)),
-                 upload_floats_per_round=hist.upload_floats / p.rounds, rounds_per_s=p.rounds / max(hist.wall_s, 1e-9))
-        per_seed.append(m)
-        curves.append(np.array([[fairness_metrics(row, hist.probs)[k] if np.isfinite(row).any() else np.nan
-                                 for k in ("mean_acc", "acc_std", "worst20_acc")] for row in hist.acc]))
-        for s in specs:
-            rows.append({"seed": seed, "client": s.cid, "arch": s.arch, "p": round(float(hist.probs[s.cid]), 4),
-                         "sampled": int(hist.sampled[s.cid]), "participations": int(hist.participations[s.cid]),
-                         "n_train": len(s.ytr), "n_test": len(s.yte), "classes": int(len(np.unique(s.ytr))),
-                         "acc": float(final[s.cid])})
-        events += [{"seed": seed, **e} for e in hist.events]
+            nodes, own = start_nodes(p.hosts, 0.0, "fl-host"), True
+        else:
+            nodes = ctx.nodes
+    hist, specs = run_one_seed(p, X, y, seed, nodes, own, f"{ctx.experiment}/{ctx.variant}/s{seed}",
+                               lambda r, acc: ctx.progress(r, p.rounds, acc=acc))
     wall = time.perf_counter() - t0
 
-    metrics = {k: float(np.mean([m[k] for m in per_seed])) for k in per_seed[0]}
-    for k in ("mean_acc", "acc_std", "low_high_p_gap"):
-        metrics[f"{k}_seed_std"] = float(np.std([m[k] for m in per_seed]))
-    metrics["wall_s_technique"] = wall
-    curve = np.nanmean(np.stack(curves), axis=0)
+    final = np.nanmean(hist.acc[-p.eval_window:], axis=0)
+    metrics = fairness_metrics(final, hist.probs)
+    metrics.update(never_sampled=float((hist.sampled == 0).sum()), dropped_participants=float(hist.dropped),
+                   host_failures=float(sum(e["event"] == "host_died" for e in hist.events)),
+                   participation_rate=float(hist.participations.sum() / (p.rounds * p.n_clients)),
+                   upload_floats_per_round=hist.upload_floats / p.rounds, rounds_per_s=p.rounds / max(hist.wall_s, 1e-9),
+                   wall_s_technique=wall)
+    curve = np.array([[fairness_metrics(row, hist.probs)[k] if np.isfinite(row).any() else np.nan
+                       for k in ("mean_acc", "acc_std", "worst20_acc")] for row in hist.acc])
+    rows = [{"client": s.cid, "arch": s.arch, "p": round(float(hist.probs[s.cid]), 4),
+             "sampled": int(hist.sampled[s.cid]), "participations": int(hist.participations[s.cid]),
+             "n_train": len(s.ytr), "n_test": len(s.yte), "classes": int(len(np.unique(s.ytr))),
+             "acc": float(final[s.cid])} for s in specs]
     xs, ys = _acc_vs_p(rows)
     # per-round curves get their own names: MLflow keeps one history per key, and the final
     # metrics (mean of the last eval_window evaluations) must not be overwritten by a curve
     series = {"round_mean_acc": curve[:, 0].tolist(), "round_acc_std": curve[:, 1].tolist(),
               "round_worst20_acc": curve[:, 2].tolist(), "acc_vs_p": (xs, ys)}
-    tables = {"per_client": rows, "per_seed": [{"seed": s, **m} for s, m in zip(p.seeds, per_seed)]}
-    if events:
-        tables["faults"] = events
+    tables = {"per_client": rows}
+    if hist.events:
+        tables["faults"] = hist.events
     info = {"strategy": p.strategy, "options": p.options, "participation": check_pattern(p.participation, p.n_clients),
-            "events": events, "hosts": p.hosts, "seeds": p.seeds,
+            "events": hist.events, "hosts": p.hosts,
             "note": "acc[t] is measured entering round t; final accuracy = mean of the last eval_window evaluations"}
     return Result(metrics=metrics, series=series, tables=tables, info=info,
                   files={"plots/acc_vs_p.png": _plot_acc_vs_p(rows, xs, ys, f"{ctx.variant}: {p.strategy}, "
-                                                                f"{p.participation.get('pattern')}")})
+                                                                f"{p.participation.get('pattern')}, seed {seed}")})
 
 
 def _acc_vs_p(rows: list[dict]) -> tuple[list[float], list[float]]:
-    """Mean client accuracy per participation level (levels rounded to 0.01), over seeds."""
+    """Mean client accuracy per participation level (levels rounded to 0.01)."""
     by: dict[float, list[float]] = {}
     for r in rows:
         if math.isfinite(r["acc"]):
@@ -230,7 +212,7 @@ def _plot_acc_vs_p(rows, xs, ys, title: str) -> bytes:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter([r["p"] for r in rows], [r["acc"] for r in rows], s=12, alpha=0.4, label="client (all seeds)")
+    ax.scatter([r["p"] for r in rows], [r["acc"] for r in rows], s=12, alpha=0.4, label="client")
     ax.plot(xs, ys, "-o", color="tab:red", ms=3, label="mean per p level")
     ax.set_xlabel("participation probability p_i")
     ax.set_ylabel("client test accuracy")

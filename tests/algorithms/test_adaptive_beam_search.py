@@ -169,3 +169,30 @@ def test_bad_graph_input():
     empty = Graph(np.zeros((0, 1), np.float32), np.zeros((0, 0), np.int32), 0, flat_upper(0))
     with pytest.raises(ConfigError):
         search(empty, Q, k=1, rule="greedy")
+
+
+def test_sweep_and_faiss_search_the_graph_of_their_seed():
+    from components.algorithms.adaptive_beam_search.technique import (FaissParams, SweepParams, run_abs_sweep,
+                                                                      run_faiss_hnsw)
+    from components.core.context import RunContext
+    from components.core.params import parse_params
+    from components.data.embeddings import VectorSetParams, make_vector_set
+
+    # Prepare: one small data set (the prepared input "data"), our sweep and faiss at the same widths
+    data = make_vector_set(VectorSetParams(kind="clustered", n=1500, d=16, n_clusters=10, n_queries=60, k_gt=20))
+    widths = [10, 16, 32, 64]
+    sweep = parse_params(SweepParams, {"M": 8, "ef_construction": 40, "widths": widths, "gammas": [0.0, 0.05, 0.2, 1.0]})
+    faiss_p = parse_params(FaissParams, {"M": 8, "ef_construction": 40, "ef_search": widths})
+    # Execute
+    runs = {seed: (run_abs_sweep(sweep, RunContext(seed=seed, inputs={"data": data})),
+                   run_faiss_hnsw(faiss_p, RunContext(seed=seed, inputs={"data": data}))) for seed in (0, 1)}
+    # Assert: on one seed, beam width b on our graph = faiss's efSearch b on its index (same recall,
+    # distance counts within the entry point faiss does not count); another seed builds another graph
+    for ours, theirs in runs.values():
+        beam = [r for r in ours.tables["sweep"] if r["rule"] == "beam"]
+        for b, f in zip(beam, theirs.tables["ef_sweep"]):
+            assert b["recall"] == f["recall"] and abs(b["dist_comps"] - f["dist_comps"]) <= 1.0
+        assert ours.metrics["gamma0_equals_greedy"] == 1.0
+    assert runs[0][0].metrics["mean_degree"] != runs[1][0].metrics["mean_degree"]
+    with pytest.raises(ConfigError, match="data"):
+        run_abs_sweep(sweep, RunContext(seed=0))

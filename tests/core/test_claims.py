@@ -50,7 +50,7 @@ def test_paired_pairs_seed_by_seed_and_its_se_needs_two_seeds():
     one_seed = check(claim, agg, {v: {0: s[0]} for v, s in seed_metrics.items()})
     # Assert: pairing sees the gain the noise hides; one seed cannot pass a claim about noise
     assert paired_out.holds and not unpaired_out.holds
-    assert not one_seed.holds and "at least 2 seeds" in one_seed.error
+    assert not one_seed.holds and "standard error of one seed" in one_seed.error
 
 
 def test_claim_over_an_axis_counts_its_cells():

@@ -7,9 +7,15 @@ import pytest
 
 from components.core.context import RunContext
 from components.core.params import parse_params
+from components.data.digits import DigitsParams, prepare_digits
 from components.federated.technique import FederatedParams, run_federated
 
-BASE = {"strategy": "php_fl", "n_clients": 4, "rounds": 3, "seeds": [0], "eval_window": 1, "local_epochs": 1}
+BASE = {"strategy": "php_fl", "n_clients": 4, "rounds": 3, "eval_window": 1, "local_epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return {"digits": prepare_digits(DigitsParams(), RunContext())}
 
 
 @pytest.fixture(scope="module")
@@ -22,14 +28,14 @@ def two_nodes(ray_session):
         ray_session.kill(n)
 
 
-def test_ray_hosts_match_in_process(two_nodes):
+def test_ray_hosts_match_in_process(two_nodes, digits):
     # Prepare
     p_local = parse_params(FederatedParams, {**BASE, "hosts": 0})
     p_ray = parse_params(FederatedParams, {**BASE, "hosts": 2})
     # Execute
-    local = run_federated(p_local, RunContext())
-    remote = run_federated(p_ray, RunContext(nodes=two_nodes, experiment="t", variant="match"))
-    # Assert: same seeds, same clients, same numbers, wherever the clients live
+    local = run_federated(p_local, RunContext(seed=0, inputs=digits))
+    remote = run_federated(p_ray, RunContext(seed=0, inputs=digits, nodes=two_nodes, experiment="t", variant="match"))
+    # Assert: same seed, same clients, same numbers, wherever the clients live
     a = [r["acc"] for r in local.tables["per_client"]]
     b = [r["acc"] for r in remote.tables["per_client"]]
     assert np.allclose(a, b) and local.series["round_mean_acc"] == pytest.approx(remote.series["round_mean_acc"])
@@ -37,12 +43,12 @@ def test_ray_hosts_match_in_process(two_nodes):
     assert all(not k.startswith("t/match") for n in two_nodes for k in __import__("ray").get(n.keys.remote()))
 
 
-def test_actor_killed_mid_round_is_a_dropped_participant(ray_session):
+def test_actor_killed_mid_round_is_a_dropped_participant(ray_session, digits):
     # Prepare: everyone participates every round; host 1 (clients 1 and 3) dies during round 1
     p = parse_params(FederatedParams, {**BASE, "hosts": 2, "participation": {"pattern": "custom", "probs": [1.0] * 4},
                                        "fault": {"host": 1, "round": 1}})
     # Execute
-    res = run_federated(p, RunContext(experiment="t", variant="fault"))
+    res = run_federated(p, RunContext(seed=0, inputs=digits, experiment="t", variant="fault"))
     # Assert
     m = res.metrics
     assert m["host_failures"] == 1 and m["dropped_participants"] == 2
@@ -58,7 +64,8 @@ def test_actor_killed_mid_round_is_a_dropped_participant(ray_session):
 def test_php_fl_debug_experiment_end_to_end(run_experiment, mlflow_client):
     out = run_experiment("php_fl")
     assert not out.failed, {n: v.error[:300] for n, v in out.variants.items() if v.error}
-    assert len(out.variants) == 28
+    # 8 methods x 3 patterns (the grid) + 3 uniform controls + the fault drill
+    assert len(out.variants) == 28 and {"php_linear", "fml_bimodal", "php_no_align_long_tail"} <= set(out.variants)
     for c in out.claims:
         assert not c.error, (c.name, c.error)          # every claim was computed (held or not)
     fault = out.variants["fault_drill"].result

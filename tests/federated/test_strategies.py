@@ -1,4 +1,7 @@
-"""Strategies without Ray: FedAvg aggregation, the ISPU mask, one PHP-FL round, every strategy runs."""
+"""Strategies without Ray: the registry, FedAvg aggregation, the ISPU mask, one PHP-FL round,
+every strategy runs, one seed fixes the split and the draws for every strategy."""
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -6,12 +9,40 @@ import torch
 from components.core.context import RunContext
 from components.core.errors import ConfigError
 from components.core.params import parse_params
+from components.core.registry import get
+from components.data.digits import DigitsParams, prepare_digits
 from components.federated.client import ClientSpec
-from components.federated.php_fl import PHPFLOptions, ispu_fraction, ispu_merge, top_fraction_mask
+from components.federated.php_fl import PHPFL, PHPFLOptions, ispu_fraction, ispu_merge, top_fraction_mask
 from components.federated.pool import HostPool
-from components.federated.strategy import FLConfig, make_strategy, n_floats, state_of, weighted_average
+from components.federated.strategy import FLConfig, make_strategy, n_floats, state_of, strategy_class, weighted_average
 from components.federated.technique import FederatedParams, fairness_metrics, run_federated
 from components.models.small_nets import PRIVATE_ARCHS, make_aux, make_private, n_params
+
+STRATEGIES = ("fedavg", "local_only", "fml", "fedproto", "php_fl")   # each in components/federated/<name>.py
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return {"digits": prepare_digits(DigitsParams(), RunContext())}
+
+
+def test_every_strategy_is_registered_in_its_own_module():
+    # Prepare: importing a strategy's module is what registers it
+    for name in STRATEGIES:
+        importlib.import_module(f"components.federated.{name}")
+    # Execute
+    found = {n: get("strategy", n) for n in STRATEGIES}
+    # Assert: each one is where a newcomer would look, and the params key finds it by name
+    for name in STRATEGIES:
+        assert found[name].file == f"components/federated/{name}.py" and found[name].summary
+        assert strategy_class(name) is found[name].obj
+    assert strategy_class("php_fl") is PHPFL
+
+
+def test_unknown_strategy_is_a_config_error_listing_the_known_ones():
+    with pytest.raises(ConfigError) as e:
+        parse_params(FederatedParams, {"strategy": "fedbogus"}, "params")
+    assert e.value.key == "params.strategy" and "php_fl" in e.value.allowed and "fml" in e.value.allowed
 
 
 def test_fedavg_of_identical_models_is_identity():
@@ -70,10 +101,10 @@ def _specs(n=2, seed=0, n_train=24, n_test=8):
 def test_one_php_fl_round_changes_only_what_it_should():
     # Prepare: two tiny clients in-process; client 0 participates, client 1 does not
     fl = FLConfig(lr=0.1, local_epochs=1, batch_size=8, rounds=4)
-    server = make_strategy("php_fl", {}, fl)
+    server = make_strategy(PHPFL, {}, fl)
     server.init_global(7)
     g0 = {k: v.clone() for k, v in server.payload(0).items()}
-    pool = HostPool("t", "php_fl", {}, fl, _specs(), n_hosts=1)
+    pool = HostPool("t", PHPFL, {}, fl, _specs(), n_hosts=1)
     host = pool.slots[0].local
     c0, c1 = host.clients[0], host.clients[1]
     snap = {cid: {m: state_of(c.models[m]) for m in ("private", "aux")} for cid, c in host.clients.items()}
@@ -98,9 +129,9 @@ def test_one_php_fl_round_changes_only_what_it_should():
 
 def test_php_fl_second_participation_uses_ispu_merge():
     fl = FLConfig(lr=0.1, local_epochs=1, batch_size=8, rounds=4)
-    server = make_strategy("php_fl", {"q_min": 0.3, "q_max": 0.3}, fl)
+    server = make_strategy(PHPFL, {"q_min": 0.3, "q_max": 0.3}, fl)
     server.init_global(7)
-    pool = HostPool("t", "php_fl", {"q_min": 0.3, "q_max": 0.3}, fl, _specs(1), n_hosts=1)
+    pool = HostPool("t", PHPFL, {"q_min": 0.3, "q_max": 0.3}, fl, _specs(1), n_hosts=1)
     c0 = pool.slots[0].local.clients[0]
     out = pool.round(0, server.payload(0), [0])
     server.aggregate(list(out.uploads.values()), 0)
@@ -113,15 +144,37 @@ def test_php_fl_second_participation_uses_ispu_merge():
 @pytest.mark.parametrize("strategy,options", [("fedavg", {}), ("fedavg", {"prox_mu": 0.1}), ("local_only", {}),
                                               ("fml", {}), ("fedproto", {}), ("php_fl", {}),
                                               ("php_fl", {"ispu": False, "ensemble": False, "dual_align": False})])
-def test_every_strategy_runs_in_process(strategy, options):
+def test_every_strategy_runs_in_process(strategy, options, digits):
     p = parse_params(FederatedParams, {"strategy": strategy, "options": options, "n_clients": 6, "rounds": 3,
-                                       "seeds": [0], "hosts": 0, "eval_window": 2})
-    res = run_federated(p, RunContext())
+                                       "hosts": 0, "eval_window": 2})
+    res = run_federated(p, RunContext(seed=0, inputs=digits))
     m = res.metrics
     assert 0 <= m["mean_acc"] <= 1 and m["acc_std"] >= 0 and m["worst20_acc"] <= m["mean_acc"]
     assert len(res.series["round_mean_acc"]) == 4 and len(res.tables["per_client"]) == 6
     assert res.files["plots/acc_vs_p.png"][:4] == b"\x89PNG"
     assert m["dropped_participants"] == 0 and m["host_failures"] == 0
+
+
+def _draws(res) -> list[tuple]:
+    """What the seed alone must fix: each client's data, architecture, p_i and times drawn."""
+    return [(r["client"], r["arch"], r["p"], r["n_train"], r["n_test"], r["classes"], r["sampled"])
+            for r in res.tables["per_client"]]
+
+
+def test_one_seed_fixes_split_probabilities_and_draws_for_every_strategy(digits):
+    # Prepare: two unlike strategies on the same seed, and one of them on another seed
+    base = {"n_clients": 6, "rounds": 4, "hosts": 0, "eval_window": 1, "local_epochs": 1,
+            "participation": {"pattern": "long_tail"}}
+    p_local = parse_params(FederatedParams, {**base, "strategy": "local_only"})
+    p_php = parse_params(FederatedParams, {**base, "strategy": "php_fl"})
+    # Execute
+    local3 = run_federated(p_local, RunContext(seed=3, inputs=digits))
+    php3 = run_federated(p_php, RunContext(seed=3, inputs=digits))
+    php4 = run_federated(p_php, RunContext(seed=4, inputs=digits))
+    # Assert: paired by seed (same split, same p_i, same participation draws), different across seeds
+    assert _draws(local3) == _draws(php3)
+    assert _draws(php3) != _draws(php4)
+    assert local3.metrics["mean_acc"] != php3.metrics["mean_acc"]      # the strategies did differ
 
 
 def test_fairness_metrics_by_hand():
@@ -152,7 +205,8 @@ def test_bad_params_are_one_line_config_errors(raw, key):
 @pytest.mark.parametrize("override,key", [
     ("experiment.common.federated.alpha=0", "params.alpha"),
     ("experiment.common.federated.n_clients=0", "params.n_clients"),
-    ("+experiment.variants.php_linear.params.participation.hi=1.3", "php_linear.params.participation.hi"),
+    ("+experiment.variants.php.params.participation.hi=1.3", "php.params.participation.hi"),
+    ("experiment.axes.pattern=[linear,zipf]", "params.participation.pattern"),     # a grid value, in every cell
 ])
 def test_bad_experiment_values_fail_at_validation(override, key, tmp_path):
     from pipelines import config

@@ -8,6 +8,7 @@ import pytest
 
 from components.core.context import RunContext
 from components.core.errors import ConfigError
+from components.core.registry import lookup
 from components.core.netsim import Link
 from components.core.params import parse_params
 from components.simulation import engine
@@ -18,10 +19,14 @@ from components.simulation.arnold.mip import place_mip, solve_counts
 from components.simulation.arnold.placement import Instance, rank_order
 from components.simulation.arnold.spread import check_placement, group_spreads, lower_bounds, objective
 from components.simulation.arnold.technique import ArnoldParams, run_arnold
-from components.simulation.policies import POLICIES
-from components.simulation.topology import Level, Tree
+from components.simulation.topology import Level, Tree, tree_from_config
 
 L = Link(8e9, 1e-6)
+PLACEMENT_POLICIES = ("random", "bestfit_dp", "bestfit_pp", "lowest_switch", "tiles", "mip")
+
+
+def policy(name):
+    return lookup("placement_policy", name)
 
 
 def tree(nodes_per_leaf=2, leafs=2, pods=3):
@@ -84,10 +89,10 @@ def test_every_policy_places_each_cell_on_its_own_free_node(seed):
     for D, P in shapes:
         inst = Instance(t, free, D, P, time_limit_s=5)
         cap = inst.cap()
-        for name, fn in POLICIES["placement"].items():
+        for name in PLACEMENT_POLICIES:
             if name == "mip" and D * P > 12:
                 continue
-            node_of = fn(inst, np.random.default_rng(seed))
+            node_of = policy(name)(inst, np.random.default_rng(seed))
             assert node_of.shape == (D, P)
             check_placement(node_of, free)                             # distinct nodes, all free
             used = np.bincount(t.unit(node_of.ravel(), 2), minlength=4)
@@ -100,7 +105,7 @@ def test_tiles_never_worse_than_single_alignment_on_random_clusters():
         free = fragment(t.n, 0.3, np.random.default_rng(seed), 4, 32)
         inst = Instance(t, free, 20, 8)
         cap = inst.cap()
-        o = {k: objective(POLICIES["placement"][k](inst, None), t, 2, cap, 0.5) for k in ("tiles", "bestfit_dp", "bestfit_pp")}
+        o = {k: objective(policy(k)(inst, None), t, 2, cap, 0.5) for k in ("tiles", "bestfit_dp", "bestfit_pp")}
         assert o["tiles"] <= min(o["bestfit_dp"], o["bestfit_pp"]) + 1e-9
 
 
@@ -132,21 +137,43 @@ def test_iteration_time_actor_mode_equals_vectorised():
     cost = StepCost()
     cluster = ActorCluster("arnold-test", t, None)
     for name in ("tiles", "bestfit_dp", "random"):
-        node_of = POLICIES["placement"][name](inst, np.random.default_rng(0))
+        node_of = policy(name)(inst, np.random.default_rng(0))
         vec = iteration_time(node_of, cost, lambda *a, **kw: engine.phase_time(t, *a, **kw))
         act = iteration_time(node_of, cost, lambda *a, **kw: cluster.phase(*a, **kw)[0])
         assert act["iter_time_s"] == pytest.approx(vec["iter_time_s"], rel=1e-12)
         assert vec["iter_time_s"] > cost.compute_s
 
 
+SMALL = {"dp": 12, "pp": 4, "busy": [0.3], "n_clusters": 2,
+         "topology": {"levels": [{"name": "node", "fanout": 8, "bandwidth": "3.2Tbps"},
+                                 {"name": "leaf", "fanout": 4, "bandwidth": "25.6Tbps"},
+                                 {"name": "minipod", "fanout": 4, "bandwidth": "51.2Tbps"}]}}
+
+
 def test_technique_small_run_reports_metrics_and_plots():
-    p = parse_params(ArnoldParams, {"dp": 12, "pp": 4, "busy": [0.3], "seeds": 2, "reference_policies": ["bestfit_dp"],
-                                    "topology": {"levels": [{"name": "node", "fanout": 8, "bandwidth": "3.2Tbps"},
-                                                            {"name": "leaf", "fanout": 4, "bandwidth": "25.6Tbps"},
-                                                            {"name": "minipod", "fanout": 4, "bandwidth": "51.2Tbps"}]}})
-    r = run_arnold(p, RunContext())
-    for k in ("max_spread_dp", "max_spread_pp", "objective", "iter_time_s", "solver_s", "bestfit_dp_better_seeds"):
+    p = parse_params(ArnoldParams, SMALL)
+    r = run_arnold(p, RunContext(seed=0))
+    for k in ("max_spread_dp", "max_spread_pp", "objective", "iter_time_s", "solver_s", "objective_worst"):
         assert k in r.metrics
-    assert r.metrics["n_instances"] == 2
+    assert r.metrics["n_clusters"] == 2 and len(r.tables["clusters"]) == 2
     assert r.files["plots/placement_map.png"][:4] == b"\x89PNG"
     assert r.files["plots/spread_per_group.png"][:4] == b"\x89PNG"
+
+
+def test_one_seed_gives_every_policy_the_same_clusters():
+    # Prepare: two policies, two seeds
+    tiles, bestfit = (parse_params(ArnoldParams, {**SMALL, "policy": pol, "plots": False}) for pol in ("tiles", "bestfit_dp"))
+    t = tree_from_config(SMALL["topology"])
+    # Execute
+    runs = {(pol, seed): run_arnold(p, RunContext(seed=seed)) for pol, p in (("tiles", tiles), ("bestfit_dp", bestfit))
+            for seed in (0, 1)}
+    # Assert: cluster i of seed s is the one drawn from (s, level, i), whatever the policy, so the
+    # DAG can pair policies seed by seed; another seed draws other clusters
+    for (pol, seed), r in runs.items():
+        for i in range(2):
+            free = fragment(t.n, 0.3, np.random.default_rng([seed, 0, i]), tiles.bg_job_min, tiles.bg_job_max)
+            inst = Instance(t, free, 12, 4)
+            want = objective(policy(pol)(inst, None), t, 2, inst.cap(), 0.5)
+            assert r.tables["clusters"][i]["objective"] == pytest.approx(want)
+    free0, free1 = (fragment(t.n, 0.3, np.random.default_rng([s, 0, 0]), 8, 256) for s in (0, 1))
+    assert not np.array_equal(free0, free1)

@@ -27,8 +27,9 @@ def test_arnold_debug_flavour(run_experiment, mlflow_client):
 def test_mozart_debug_flavour(run_experiment, mlflow_client):
     o = run_experiment("mozart")
     m = _check(o, mlflow_client, ["actors_agree_with_vectorised", "uniform_control_barely_moves"])
-    for k in ("inter_package_bytes", "load_imbalance", "moe_layer_time_s", "speedup_vs_baseline"):
+    for k in ("inter_package_bytes", "load_imbalance", "moe_layer_time_s", "comm_compute_ratio"):
         assert k in m["full"]
     assert m["clustering"]["inter_package_bytes"] < m["baseline"]["inter_package_bytes"]
+    assert m["tiny_moe"]["experts"] == 16                  # the LM variant read the prepared routing
     plots = {a.path for a in mlflow_client.list_artifacts(o.variants["full"].run_id, "plots")}
     assert "plots/streaming_timeline.png" in plots

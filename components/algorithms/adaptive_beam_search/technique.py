@@ -1,12 +1,15 @@
-"""Registered techniques for the ``adaptive_beam_search`` experiment.
+"""Registered techniques for the ``adaptive_beam_search`` experiment; each reads its data set as the
+prepared input ``data`` (prepare step ``ann_vectors``; a variant binds it with ``inputs: {data: ENTRY}``).
 
 - ``abs_sweep``: on one prepared data set and one graph (faiss HNSW level 0 with faiss's upper-level
-  descent, or Vamana from its medoid), sweep fixed-width beam search over b and Adaptive Beam Search
-  over gamma with the same search routine, and report distance computations at target recalls.
-  Both rules run on the very same graph object in the same process, so the comparison is exact.
-- ``faiss_hnsw``: faiss's own HNSW search (efSearch sweep, 1 thread) for absolute queries/s.
+  descent, or Vamana from its medoid) built from ``ctx.seed``, sweep fixed-width beam search over b
+  and Adaptive Beam Search over gamma with the same search routine, and report distance
+  computations at target recalls. Both stop rules are the measurement (two Pareto curves on the
+  very same graph object in one process), so the comparison within a seed is exact.
+- ``faiss_hnsw``: faiss's own HNSW search (efSearch sweep, 1 thread) for absolute queries/s, on the
+  index built from the same seed (the same graph abs_sweep searches).
 - ``abs_navigable``: the guarantee check on an exactly navigable graph (gamma >= 2 exact; measured
-  d_(k) / true k-th distance <= 2 / gamma below that).
+  d_(k) / true k-th distance <= 2 / gamma below that). Deterministic: no seed enters it.
 """
 from __future__ import annotations
 
@@ -20,10 +23,10 @@ import numpy as np
 from components.algorithms.adaptive_beam_search import pareto
 from components.algorithms.adaptive_beam_search.api import recall_at_k, search
 from components.algorithms.adaptive_beam_search.graphs import build_hnsw, build_navigable, build_vamana
-from components.core.errors import ConfigError, require
+from components.core.errors import require
 from components.core.registry import technique
 from components.core.result import Result
-from components.data.embeddings import exact_knn
+from components.data.embeddings import VectorSetParams, exact_knn
 
 TARGETS = (0.90, 0.95, 0.98, 0.99)
 
@@ -32,21 +35,16 @@ def _tag(t: float) -> str:
     return f"r{int(round(t * 100)):03d}"
 
 
-def _data(ctx, name: str) -> dict:
-    if name not in ctx.inputs:
-        raise ConfigError("data", name, "the name of a prepare entry with step ann_vectors; have: " + ", ".join(ctx.inputs))
-    return ctx.inputs[name]
-
-
 def _validate_data(p, exp: dict) -> None:
-    prep = exp.get("prepare") or {}
-    spec = prep.get(p.data)
-    require(isinstance(spec, dict) and spec.get("step") == "ann_vectors", "data", p.data,
-            "the name of a prepare entry with step: ann_vectors (have: " + ", ".join(prep) + ")")
-    n = int((spec.get("params") or {}).get("n", 20000))
-    require(p.k <= n, "k", p.k, f"at most the data set's size n={n}")
-    k_gt = int((spec.get("params") or {}).get("k_gt", 100))
-    require(p.k <= k_gt, "k", p.k, f"at most the prepared ground-truth depth k_gt={k_gt}")
+    """k against every ann_vectors entry a variant may bind as ``data`` (before Ray starts)."""
+    defaults = VectorSetParams()
+    for name, spec in (exp.get("prepare") or {}).items():
+        if not (isinstance(spec, dict) and spec.get("step") == "ann_vectors"):
+            continue
+        prm = spec.get("params") or {}
+        n, k_gt = int(prm.get("n", defaults.n)), int(prm.get("k_gt", defaults.k_gt))
+        require(p.k <= n, "k", p.k, f"at most the size n={n} of prepare entry {name}")
+        require(p.k <= k_gt, "k", p.k, f"at most the ground-truth depth k_gt={k_gt} of prepare entry {name}")
 
 
 def _queries(d: dict, limit: int | None):
@@ -59,7 +57,6 @@ def _queries(d: dict, limit: int | None):
 # ------------------------------------------------------------------------------------------ sweep
 @dataclass
 class SweepParams:
-    data: str = "clustered"                   # prepare entry (step ann_vectors)
     graph: Literal["hnsw", "vamana"] = "hnsw"
     k: int = 10
     M: int = 16                               # HNSW
@@ -73,7 +70,6 @@ class SweepParams:
                                                          0.12, 0.14, 0.17, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0])
     n_queries: int | None = None              # None: all prepared queries
     repeats: int = 1                          # timing repeats (best of) for queries/s
-    seed: int = 0
 
     def check(self):
         require(self.k >= 1, "k", self.k, "a positive integer")
@@ -88,10 +84,11 @@ class SweepParams:
         require(self.repeats >= 1, "repeats", self.repeats, "a positive integer")
 
 
-def make_graph(p: SweepParams, base: np.ndarray):
+def make_graph(p: SweepParams, base: np.ndarray, seed: int = 0):
+    """The graph ``p.graph`` over ``base``; ``seed`` drives HNSW's level draws / Vamana's order."""
     if p.graph == "hnsw":
-        return build_hnsw(base, M=p.M, ef_construction=p.ef_construction, seed=p.seed)[0]
-    return build_vamana(base, R=p.R, L=p.L, alpha=p.alpha, seed=p.seed)
+        return build_hnsw(base, M=p.M, ef_construction=p.ef_construction, seed=seed)[0]
+    return build_vamana(base, R=p.R, L=p.L, alpha=p.alpha, seed=seed)
 
 
 def run_rule(g, q, gt, k, rule, values, repeats=1, progress=None) -> list[dict]:
@@ -127,16 +124,16 @@ def summarise(rows_b: list[dict], rows_a: list[dict], targets=TARGETS) -> dict:
     return m
 
 
-@technique("abs_sweep", family="algorithms", params=SweepParams, validate=_validate_data,
+@technique("abs_sweep", family="algorithms", params=SweepParams, validate=_validate_data, inputs=("data",),
            summary="Adaptive Beam Search vs fixed-width beam search on one graph (faiss HNSW level 0 or Vamana): "
                    "recall@k against distance computations over gamma and b sweeps (arXiv 2505.15636).")
 def run_abs_sweep(p: SweepParams, ctx) -> Result:
-    d = _data(ctx, p.data)
+    d = ctx.input("data")
     base = d["base"]
     require(p.k <= len(base), "k", p.k, f"at most the data set's size n={len(base)}")
     q, gt = _queries(d, p.n_queries)
     t0 = time.perf_counter()
-    g = make_graph(p, base)
+    g = make_graph(p, base, ctx.seed)
     build_s = time.perf_counter() - t0
     total = len(p.widths) + len(p.gammas)
     rows_b = run_rule(g, q, gt, p.k, "beam", [int(w) for w in p.widths], p.repeats,
@@ -151,19 +148,19 @@ def run_abs_sweep(p: SweepParams, ctx) -> Result:
     m.update(build_s=build_s, n=float(len(base)), n_queries=float(len(q)), mean_degree=float(g.degrees().mean()))
     curves = {"beam search (b)": ([r["dist_comps"] for r in rows_b], [r["recall"] for r in rows_b]),
               "adaptive (gamma)": ([r["dist_comps"] for r in rows_a], [r["recall"] for r in rows_a])}
-    title = f"{p.data} / {p.graph}: recall@{p.k} vs distance computations ({len(q)} queries)"
+    kind = d.get("info", {}).get("kind", "data")
+    title = f"{kind} / {p.graph}: recall@{p.k} vs distance computations ({len(q)} queries, seed {ctx.seed})"
     return Result(metrics=m,
                   series={"beam_recall_vs_dc": ([r["dist_comps"] for r in rows_b], [r["recall"] for r in rows_b]),
                           "abs_recall_vs_dc": ([r["dist_comps"] for r in rows_a], [r["recall"] for r in rows_a])},
                   tables={"sweep": rows_b + rows_a},
                   info={"graph": p.graph, "data": d.get("info", {}), "graph_info": g.info},
-                  files={f"plots/pareto_{p.data}_{p.graph}.png": pareto.pareto_png(curves, title)})
+                  files={f"plots/pareto_{kind}_{p.graph}.png": pareto.pareto_png(curves, title)})
 
 
 # ------------------------------------------------------------------------------------------ faiss
 @dataclass
 class FaissParams:
-    data: str = "clustered"
     k: int = 10
     M: int = 16
     ef_construction: int = 100
@@ -171,7 +168,6 @@ class FaissParams:
                                                           192, 256])
     n_queries: int | None = None
     repeats: int = 1
-    seed: int = 0
 
     def check(self):
         require(self.k >= 1, "k", self.k, "a positive integer")
@@ -181,14 +177,14 @@ class FaissParams:
         require(self.repeats >= 1, "repeats", self.repeats, "a positive integer")
 
 
-@technique("faiss_hnsw", family="algorithms", params=FaissParams, validate=_validate_data,
+@technique("faiss_hnsw", family="algorithms", params=FaissParams, validate=_validate_data, inputs=("data",),
            summary="faiss IndexHNSWFlat's own search (efSearch sweep, 1 thread): the absolute reference for queries/s.")
 def run_faiss_hnsw(p: FaissParams, ctx) -> Result:
     import faiss
 
-    d = _data(ctx, p.data)
+    d = ctx.input("data")
     q, gt = _queries(d, p.n_queries)
-    _, index = build_hnsw(d["base"], M=p.M, ef_construction=p.ef_construction, seed=p.seed)
+    _, index = build_hnsw(d["base"], M=p.M, ef_construction=p.ef_construction, seed=ctx.seed)
     faiss.omp_set_num_threads(1)
     rows = []
     for i, ef in enumerate(p.ef_search):
@@ -216,7 +212,6 @@ def run_faiss_hnsw(p: FaissParams, ctx) -> Result:
 # ------------------------------------------------------------------------------------------ navigable
 @dataclass
 class NavigableParams:
-    data: str = "clustered"
     n: int = 1000                          # base points (first n of the prepared set)
     k: int = 10
     n_queries: int | None = 300
@@ -230,14 +225,13 @@ class NavigableParams:
         require(self.n_queries is None or self.n_queries >= 1, "n_queries", self.n_queries, "null or a positive integer")
 
 
-@technique("abs_navigable", family="algorithms", params=NavigableParams,
-           validate=lambda p, exp: _validate_data(p, exp),
+@technique("abs_navigable", family="algorithms", params=NavigableParams, validate=_validate_data, inputs=("data",),
            summary="ABS guarantee on an exactly navigable graph: gamma >= 2 returns the exact k-NN; below that the "
                    "k-th returned distance stays within 2/gamma of the true one.")
 def run_abs_navigable(p: NavigableParams, ctx) -> Result:
     from components.algorithms.adaptive_beam_search.graphs import is_navigable
 
-    d = _data(ctx, p.data)
+    d = ctx.input("data")
     base = d["base"][:p.n]
     q = d["queries"][:p.n_queries] if p.n_queries else d["queries"]
     gt, gd = exact_knn(base, q, p.k)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from components.simulation.arnold.spread import lower_bounds
-from components.simulation.policies import policy
+from components.core.registry import register
 
 
 @dataclass
@@ -97,7 +97,7 @@ def solve_counts(D: int, P: int, cap: np.ndarray, alpha: float, time_limit_s: fl
     return unit_of, MipResult(None, float(res.fun), status, dt, gap)
 
 
-@policy("placement", "mip")
+@register("placement_policy", "mip")
 def place_mip(inst, rng=None, return_result: bool = False):
     """Exact placement (at the spread tier) by the MIP; nodes inside a unit taken leaf by leaf in
     replica-major order. Falls back to nothing: a solve without an incumbent raises."""

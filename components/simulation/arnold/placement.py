@@ -15,7 +15,7 @@ import numpy as np
 
 from components.simulation.arnold.cluster import free_nodes_leaf_order, free_per_unit
 from components.simulation.arnold.spread import objective
-from components.simulation.policies import policy
+from components.core.registry import register
 
 
 @dataclass
@@ -87,25 +87,26 @@ def bestfit_nodes(inst: Instance) -> np.ndarray:
     return _take_in_id_order(inst, bestfit_units(inst.cap(), inst.cells), inst.level)
 
 
-@policy("placement", "random")
+@register("placement_policy", "random")
 def place_random(inst: Instance, rng: np.random.Generator) -> np.ndarray:
+    """Random free nodes, in random order (no topology awareness)."""
     nodes = rng.choice(np.nonzero(inst.free)[0], inst.cells, replace=False)
     return nodes.reshape(inst.D, inst.P)
 
 
-@policy("placement", "bestfit_dp")
+@register("placement_policy", "bestfit_dp")
 def place_bestfit_dp(inst: Instance, rng=None) -> np.ndarray:
     """Best-fit nodes, Megatron default rank order (DP innermost)."""
     return rank_order(bestfit_nodes(inst), inst.D, inst.P, "dp_inner")
 
 
-@policy("placement", "bestfit_pp")
+@register("placement_policy", "bestfit_pp")
 def place_bestfit_pp(inst: Instance, rng=None) -> np.ndarray:
     """Best-fit nodes, PP-innermost rank order."""
     return rank_order(bestfit_nodes(inst), inst.D, inst.P, "pp_inner")
 
 
-@policy("placement", "lowest_switch")
+@register("placement_policy", "lowest_switch")
 def place_lowest_switch(inst: Instance, rng=None) -> np.ndarray:
     """Slurm topology/tree: the lowest-tier switch whose subtree holds the job (best fit among those),
     then its leafs: best-fit leaf if one holds the rest, else the fullest leaf; Megatron rank order."""
@@ -178,7 +179,7 @@ def tile_candidates(D: int, P: int):
                     yield a, b, tile_order, unit_order
 
 
-@policy("placement", "tiles")
+@register("placement_policy", "tiles")
 def place_tiles(inst: Instance, rng=None, return_choice: bool = False):
     """Arnold's scalable heuristic: enumerate tile shapes (a | D, b | P) and packing orders, keep the
     placement with the lowest objective (ties: the lower leaf-level objective)."""

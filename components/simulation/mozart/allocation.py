@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from components.simulation.policies import policy
+from components.core.registry import register
 
 
-@policy("allocation", "contiguous")
+@register("allocation_policy", "contiguous")
 def contiguous(freq: np.ndarray, C: np.ndarray, groups: int, eps: float, rng) -> np.ndarray:
     """Megatron/DeepSpeed expert parallelism: experts [0, E/G) on package 0, and so on."""
     return np.arange(len(freq)) // (len(freq) // groups)
 
 
-@policy("allocation", "random")
+@register("allocation_policy", "random")
 def random_alloc(freq: np.ndarray, C: np.ndarray, groups: int, eps: float, rng) -> np.ndarray:
+    """Control: a random permutation of the experts, E/G per package."""
     return rng.permutation(len(freq)) // (len(freq) // groups)
 
 
@@ -28,8 +29,9 @@ def intra_affinity(group_of: np.ndarray, C: np.ndarray) -> float:
     return float((C * same).sum() / 2)
 
 
-@policy("allocation", "clustered")
+@register("allocation_policy", "clustered")
 def clustered(freq: np.ndarray, C: np.ndarray, groups: int, eps: float, rng, max_swaps: int = 1000) -> np.ndarray:
+    """Mozart: balanced co-activation clustering (seeds, greedy fill, pair swaps; see the module docstring)."""
     E = len(freq)
     size = E // groups
     cap = (1 + eps) * freq.sum() / groups
