@@ -32,13 +32,13 @@ def main(overrides: list[str]) -> None:
 
     print(f"## duo full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
           f"claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")
-    print("| variant | final_val_loss (+-std) | loss / fp32 | bytes/step fast | bytes/step slow | bytes / fp32 "
+    print("| variant | final_val_loss (+-se over seeds) | loss / fp32 | bytes/step fast | bytes/step slow | bytes / fp32 "
           "| sim_step_s | sim / fp32 | sim / q4 | slow/fwd | sim / q4 (100Mbps) | gloo fast s/step | gloo slow s/step "
           "| exposed slow s/step | tokens/s | wall_s |")
     print("|" + "---|" * 16)
     for name, o in out.variants.items():
         r = m[name]
-        print(f"| {name} | {r.get('final_val_loss', NAN):.4f} +- {r.get('final_val_loss_std', NAN):.4f} "
+        print(f"| {name} | {r.get('final_val_loss', NAN):.4f} +- {r.get('final_val_loss_se', NAN):.4f} "
               f"| {ratio(r, fp, 'final_val_loss'):.4f} | {r.get('bytes_fast_per_step', NAN):.0f} "
               f"| {r.get('bytes_slow_per_step', NAN):.0f} | {ratio(r, fp, 'bytes_per_step'):.3f} "
               f"| {r.get('sim_step_s', NAN) * 1e3:.2f} ms | {ratio(r, fp, 'sim_step_s'):.3f} | {ratio(r, q4, 'sim_step_s'):.3f} "

@@ -1,4 +1,4 @@
-"""Compressor interface and the registry-by-kind used by configs.
+"""Compressor interface; codecs register as kind ``codec`` and configs name them by ``kind``.
 
 A compressor maps a vector ``v`` (1-D numpy float array) to ``(C(v), bits)``: the decoded vector
 the receiver reconstructs, and the number of bits the encoded message takes on the wire. Values
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from components.core.errors import ConfigError, require
+from components.core.registry import lookup, register
 
 
 class Compressor:
-    kind = "base"
     unbiased = False
 
     def __init__(self, value_bits: int = 32):
@@ -44,10 +44,10 @@ class Compressor:
         return f"{type(self).__name__}()"
 
 
+@register("codec", "identity")
 class Identity(Compressor):
     """No compression: the baseline every codec is compared with."""
 
-    kind = "identity"
     unbiased = True
 
     def __call__(self, v, rng=None):
@@ -57,21 +57,11 @@ class Identity(Compressor):
         return 0.0
 
 
-def _kinds() -> dict[str, type]:
-    from components.compression.quantizers import AbsmaxQuantizer, ScaledSign, ZeroBit
-    from components.compression.sparsifiers import RandK, TopK
-
-    return {c.kind: c for c in (Identity, TopK, RandK, AbsmaxQuantizer, ScaledSign, ZeroBit)}
-
-
 def make_compressor(cfg: dict[str, Any] | None, dim: int, key: str = "compressor") -> Compressor:
-    """Build a compressor for vectors of length ``dim`` from ``{'kind': ..., **options}``."""
+    """Build a compressor for vectors of length ``dim`` from ``{'kind': <a registered codec>, **options}``."""
     cfg = dict(cfg or {"kind": "identity"})
-    kinds = _kinds()
     kind = cfg.pop("kind", None)
-    if kind not in kinds:
-        raise ConfigError(f"{key}.kind", kind, "one of " + ", ".join(sorted(kinds)))
-    cls = kinds[kind]
+    cls = lookup("codec", kind, key=f"{key}.kind")
     try:
         return cls(dim=dim, **cfg) if "dim" in cls.__init__.__code__.co_varnames else cls(**cfg)
     except TypeError as e:

@@ -5,6 +5,7 @@ import numpy as np
 
 from components.compression.base import Compressor
 from components.core.errors import require
+from components.core.registry import register
 
 
 def _buckets(v: np.ndarray, bucket: int) -> tuple[np.ndarray, int]:
@@ -14,6 +15,7 @@ def _buckets(v: np.ndarray, bucket: int) -> tuple[np.ndarray, int]:
     return w.reshape(-1, bucket), pad
 
 
+@register("codec", "absmax")
 class AbsmaxQuantizer(Compressor):
     """Symmetric b-bit quantizer with one absmax scale per bucket (the usual 4-bit/8-bit codec).
 
@@ -21,8 +23,6 @@ class AbsmaxQuantizer(Compressor):
     (deterministic; contractive with eps <= bucket / (4 L^2)) or stochastic (unbiased).
     Bits: b per coordinate plus one ``value_bits`` scale per bucket.
     """
-
-    kind = "absmax"
 
     def __init__(self, bits: int = 4, bucket: int = 64, stochastic: bool = False, value_bits: int = 32):
         super().__init__(value_bits)
@@ -57,13 +57,12 @@ class AbsmaxQuantizer(Compressor):
         return f"AbsmaxQuantizer(bits={self.bits}, bucket={self.bucket})"
 
 
+@register("codec", "sign")
 class ScaledSign(Compressor):
     """1-bit codec: sign(v) times the mean |v| of its bucket (signSGD with scale, as in EF-SignSGD).
 
     ``||C(v)-v||^2 = ||v||^2 - ||v||_1^2 / n`` per bucket of n, so eps = 1 - 1/bucket at worst.
     """
-
-    kind = "sign"
 
     def __init__(self, bucket: int = 0, value_bits: int = 32):
         super().__init__(value_bits)
@@ -88,10 +87,9 @@ class ScaledSign(Compressor):
         return f"ScaledSign(bucket={self.bucket or 'all'})"
 
 
+@register("codec", "zero")
 class ZeroBit(Compressor):
     """Sends nothing; the receiver sees zeros (DUO's 0-bit fast path: no tentative update)."""
-
-    kind = "zero"
 
     def __call__(self, v, rng=None):
         return np.zeros_like(v), 0

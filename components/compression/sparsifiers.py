@@ -5,6 +5,7 @@ import numpy as np
 
 from components.compression.base import Compressor
 from components.core.errors import require
+from components.core.registry import register
 
 
 def _resolve_k(dim: int, k: int | None, ratio: float | None) -> int:
@@ -16,10 +17,9 @@ def _resolve_k(dim: int, k: int | None, ratio: float | None) -> int:
     return k
 
 
+@register("codec", "top_k")
 class TopK(Compressor):
     """Keep the k largest-magnitude coordinates. ``||C(v)-v||^2 <= (1 - k/d) ||v||^2``."""
-
-    kind = "top_k"
 
     def __init__(self, dim: int, k: int | None = None, ratio: float | None = None, value_bits: int = 32):
         super().__init__(value_bits)
@@ -42,6 +42,7 @@ class TopK(Compressor):
         return f"TopK(k={self.k}/{self.dim})"
 
 
+@register("codec", "rand_k")
 class RandK(Compressor):
     """Keep k coordinates chosen uniformly at random.
 
@@ -49,8 +50,6 @@ class RandK(Compressor):
     contractive in expectation with eps = 1 - k/d. With ``shared_seed`` the receiver regenerates the
     indices, so only the k values (plus a 32-bit seed) are sent.
     """
-
-    kind = "rand_k"
 
     def __init__(self, dim: int, k: int | None = None, ratio: float | None = None, scaled: bool = True,
                  shared_seed: bool = False, value_bits: int = 32):

@@ -8,6 +8,7 @@ per bucket; the payload only rounds the packed codes up to whole bytes.
 
 ``make_torch_codec(bits, bucket)``: 32 = no compression (float32), 8/4/2 = symmetric absmax per
 bucket (round to nearest), 1 = sign times the bucket's mean |g| (zeros go to +), 0 = nothing sent.
+Each codec is registered as kind ``torch_codec`` (``dtlab list torch_codec``); configs pick one by bits.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import math
 import torch
 
 from components.core.errors import require
+from components.core.registry import register
 
 ALLOWED_BITS = (0, 1, 2, 4, 8)
 
@@ -45,6 +47,7 @@ def unpack_bits(b: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     return u.reshape(-1)[:n]
 
 
+@register("torch_codec", "fp32", summary="no compression: the float32 bytes (bits=32)")
 class TorchCodec:
     """Encode a 1-D float tensor to a uint8 payload and back; ``payload_bytes(n)`` is exact."""
 
@@ -73,6 +76,7 @@ class TorchCodec:
         return f"{type(self).__name__}(bits={self.bits}, bucket={self.bucket})"
 
 
+@register("torch_codec", "absmax", summary="b-bit symmetric absmax per bucket, packed (bits=8, 4, 2)")
 class TorchAbsmax(TorchCodec):
     """b-bit symmetric absmax per bucket: levels ``scale * j / L``, ``|j| <= L = 2**(b-1) - 1``."""
 
@@ -108,6 +112,7 @@ class TorchAbsmax(TorchCodec):
         return n * self.bits + 32 * self._n_buckets(n)
 
 
+@register("torch_codec", "sign", summary="1 bit: sign times the bucket's mean |g|, packed (bits=1)")
 class TorchScaledSign(TorchCodec):
     """1 bit: sign(g) (0 counts as +) times the mean |g| of its bucket (tail bucket: its real length)."""
 
@@ -145,6 +150,7 @@ class TorchScaledSign(TorchCodec):
         return n + 32 * self._n_buckets(n)
 
 
+@register("torch_codec", "zero", summary="sends nothing; the receiver sees zeros (bits=0)")
 class TorchZeroBit(TorchCodec):
     """Sends nothing; the receiver sees zeros (DUO-0bit: no tentative update)."""
 

@@ -2,8 +2,9 @@
 technique that trains or serves a language model (DUO, SpecReason, Gatekeeper, FAL, ...).
 
 Architecture variants plug in without forking the model: a block is built by the factory
-registered under ``GPTConfig.block`` in :data:`BLOCKS` (``register_block("fal")(fn)``), and
-each block receives its layer index, so a variant can change any subset of layers.
+registered as kind ``block`` under ``GPTConfig.block`` (``@register("block", "fal")`` over
+``fn(cfg, layer) -> nn.Module`` whose forward is ``(x, cache)``), and each block receives its
+layer index, so a variant can change any subset of layers.
 
 Incremental decoding: ``model(idx, cache=cache)`` appends the new keys/values to ``cache``
 and positions continue from ``cache.length``; ``cache.crop(n)`` rolls back (speculative
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from components.core.errors import require
+from components.core.registry import get, lookup, register
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class GPTConfig:
     d_model: int = 64
     context: int = 64
     dropout: float = 0.0
-    block: str = "pre_ln"      # key into BLOCKS
+    block: str = "pre_ln"      # a registered block (kind "block")
     tie_embeddings: bool = True
 
     def check(self) -> "GPTConfig":
@@ -40,7 +41,7 @@ class GPTConfig:
                 f"a positive divisor of d_model={self.d_model}")
         require(self.context >= 2, "context", self.context, "at least 2 tokens")
         require(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "a probability in [0, 1)")
-        require(self.block in BLOCKS, "block", self.block, "one of " + ", ".join(sorted(BLOCKS)))
+        get("block", self.block, key="block")  # ConfigError naming the registered blocks
         return self
 
     def to_dict(self) -> dict:
@@ -118,6 +119,7 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
+@register("block", "pre_ln")
 class PreLNBlock(nn.Module):
     """x + attn(LN(x)); x + MLP(LN(x)), MLP 4x wide with GELU."""
 
@@ -134,19 +136,6 @@ class PreLNBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-BLOCKS: dict[str, Callable[[GPTConfig, int], nn.Module]] = {"pre_ln": PreLNBlock}
-
-
-def register_block(name: str):
-    """Register a block factory ``fn(cfg, layer) -> nn.Module`` whose forward is ``(x, cache)``."""
-
-    def deco(fn):
-        BLOCKS[name] = fn
-        return fn
-
-    return deco
-
-
 class GPT(nn.Module):
     """Token + position embeddings, ``n_layer`` blocks, final LayerNorm, LM head."""
 
@@ -156,7 +145,8 @@ class GPT(nn.Module):
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos = nn.Embedding(cfg.context, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(BLOCKS[cfg.block](cfg, i) for i in range(cfg.n_layer))
+        block = lookup("block", cfg.block, key="block")
+        self.blocks = nn.ModuleList(block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)

@@ -64,10 +64,18 @@ def test_claim_values_follow_the_metrics(ef_outcome):
 
 
 def test_second_run_skips_prepare(ef_outcome, run_experiment):
-    assert ef_outcome.prepare_cache["problems"] in ("miss", "hit")
+    assert ef_outcome.prepare_cache["problems@0"] in ("miss", "hit")   # a seeded step: one problem set per seed
     again = run_experiment("error_feedback", "only=[theory,ef]")
-    assert again.prepare_cache == {"problems": "hit"}
+    assert again.prepare_cache == {"problems@0": "hit"}
     assert set(again.variants) == {"theory", "ef"}
+
+
+def test_other_seed_draws_another_problem_and_the_bound_still_holds(ef_outcome, run_experiment):
+    other = run_experiment("error_feedback", "only=[ef]", "experiment.seeds=[1]")
+    assert other.prepare_cache == {"problems@1": "miss"}
+    m0, m1 = ef_outcome.variants["ef"].result.metrics, other.variants["ef"].result.metrics
+    assert m1["final_grad_norm_sq"] != m0["final_grad_norm_sq"]          # another random quadratic
+    assert m1["max_lyapunov_ratio"] <= m1["rho_star"] + 1e-9
 
 
 def test_crash_ends_failed_with_error_tag_and_nothing_running(run_experiment, mlflow_client):

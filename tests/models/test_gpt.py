@@ -2,8 +2,9 @@
 import pytest
 import torch
 
+from components.core import registry
 from components.core.errors import ConfigError
-from components.models.gpt import BLOCKS, GPT, SIZES, GPTConfig, PreLNBlock, register_block
+from components.models.gpt import GPT, SIZES, GPTConfig, PreLNBlock
 
 
 def _model(**kw):
@@ -53,11 +54,12 @@ def test_context_overflow_and_bad_config_are_clear_errors():
         m(torch.zeros(1, SIZES["debug"]["context"] + 1, dtype=torch.long))
     with pytest.raises(ConfigError, match="n_head"):
         GPTConfig(vocab_size=11, d_model=30, n_head=4).check()
-    with pytest.raises(ConfigError, match="block"):
+    with pytest.raises(ConfigError, match="block") as e:
         GPTConfig(vocab_size=11, block="nope").check()
+    assert "pre_ln" in str(e.value)                      # the error names the registered blocks
 
 
-def test_loss_mask_restricts_the_loss_and_variant_blocks_plug_in():
+def test_loss_mask_restricts_the_loss_and_variant_blocks_plug_in(monkeypatch):
     m = _model()
     idx, tgt = torch.randint(0, 11, (2, 10)), torch.randint(0, 11, (2, 10))
     mask = torch.zeros(2, 10)
@@ -68,14 +70,12 @@ def test_loss_mask_restricts_the_loss_and_variant_blocks_plug_in():
     assert torch.allclose(masked, ref, atol=1e-6)
 
     calls = []
+    monkeypatch.setitem(registry._REGISTRY, "block", dict(registry._REGISTRY["block"]))  # undone after the test
 
-    @register_block("_test_counting")
+    @registry.register("block", "_test_counting")
     def counting(cfg, layer):
         calls.append(layer)
         return PreLNBlock(cfg, layer)
 
-    try:
-        _model(block="_test_counting", n_layer=3)
-        assert calls == [0, 1, 2]
-    finally:
-        BLOCKS.pop("_test_counting")
+    _model(block="_test_counting", n_layer=3)
+    assert calls == [0, 1, 2]

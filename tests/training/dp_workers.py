@@ -7,10 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
+from components.training.ddp.strategies import SyncStrategy
+from components.training.duo.fast_slow import DuoStrategy
+
 BASE_CFG = dict(model=dict(n_layer=1, n_head=2, d_model=16, context=32), batch=8, steps=12, lr=3e-3, warmup=2,
                 final_lr_frac=0.1, optimizer="adamw", weight_decay=0.1, bits=4, bucket=64, eval_every=0,
                 eval_batches=1, eval_batch=8, final_eval_batches=2, ddp_bucket_mb=25.0, powersgd_rank=2,
-                powersgd_start=3, fail_at=None, strategy=None)
+                powersgd_start=3, fail_at=None, strategy=SyncStrategy)
 
 METHODS = {  # name -> config overrides
     "fp32": dict(method="fp32"),
@@ -18,9 +21,9 @@ METHODS = {  # name -> config overrides
     "plain4": dict(method="plain", bits=4),
     "plain1": dict(method="plain", bits=1),
     "ef1": dict(method="ef", bits=1),
-    "duo4": dict(method="duo", bits=4, strategy="components.training.duo.fast_slow:DuoStrategy"),
-    "duo1": dict(method="duo", bits=1, strategy="components.training.duo.fast_slow:DuoStrategy"),
-    "duo0": dict(method="duo", bits=0, strategy="components.training.duo.fast_slow:DuoStrategy"),
+    "duo4": dict(method="duo", bits=4, strategy=DuoStrategy),
+    "duo1": dict(method="duo", bits=1, strategy=DuoStrategy),
+    "duo0": dict(method="duo", bits=0, strategy=DuoStrategy),
 }
 
 
@@ -66,7 +69,7 @@ def closed_form_worker(rank: int, world: int, port: int, out: str) -> None:
     from components.compression.torch_codecs import make_torch_codec
     from components.data.char_corpus import build_corpus, sample_batch
     from components.models.gpt import GPT, GPTConfig
-    from components.training.ddp.strategies import flatten_params, make_strategy
+    from components.training.ddp.strategies import flatten_params
 
     _init(rank, world, port)
     corpus = build_corpus(max_chars=60_000)
@@ -79,9 +82,8 @@ def closed_form_worker(rank: int, world: int, port: int, out: str) -> None:
     # one scale for the whole gradient, so the 1-bit code does not depend on DDP's bucket order
     # (DDP reorders its bucket after the first step); bucket-order-aware codes are checked elsewhere
     assert flat.numel() <= 8192
-    cfg = {**BASE_CFG, "bits": 1, "bucket": 8192, "optimizer": "sgd", "weight_decay": 0.0,
-           "strategy": "components.training.duo.fast_slow:DuoStrategy"}
-    strat = make_strategy(ddp, cfg, flat)
+    cfg = {**BASE_CFG, "bits": 1, "bucket": 8192, "optimizer": "sgd", "weight_decay": 0.0}
+    strat = DuoStrategy(ddp, cfg, flat)
     strat.attach()
     codec = make_torch_codec(1, 8192)
     rng = np.random.default_rng(rank)

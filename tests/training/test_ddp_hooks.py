@@ -95,7 +95,7 @@ def test_dead_worker_fails_the_run_with_reason(ray_session, tmp_path):
     from components.training.ddp.runner import DataParallelFailed, fit
 
     corpus = build_corpus(max_chars=20_000)
-    cfg = {**dp_workers.BASE_CFG, "method": "fp32", "seeds": [0], "steps": 50, "fail_at": [1, 3],
+    cfg = {**dp_workers.BASE_CFG, "method": "fp32", "seed": 0, "steps": 50, "fail_at": [1, 3],
            "vocab_size": corpus.vocab_size, "train": corpus.train, "val": corpus.val}
     t0 = time.time()
     with pytest.raises(DataParallelFailed) as e:

@@ -58,9 +58,9 @@ def test_cli_rejects_bad_bits_before_ray():
 
 
 def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
-    """The debug flavour of `duo` through the DAG: 2 variants (a Ray Train job each costs 10-30 s here);
-    the other variants run in the slow test below and in `make bench`."""
-    out = run_experiment("duo", "only=[fp32,duo4]")
+    """The debug flavour of `duo` through the DAG: 2 variants, fp32 on 2 seeds (one Ray Train job per
+    variant and seed, 10-30 s each here); the other variants run in the slow test below and in `make bench`."""
+    out = run_experiment("duo", "only=[fp32,duo4]", "++experiment.variants.fp32.seeds=[0,1]")
     runs = {n: o for n, o in out.variants.items() if o.status == "FINISHED"}
     assert set(runs) == {"fp32", "duo4"}, {n: (o.status, o.error) for n, o in out.variants.items()}
     for name, o in runs.items():
@@ -71,8 +71,13 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
         assert "val_loss" in o.result.series
         run = mlflow_client.get_run(o.run_id)
         assert run.info.status == "FINISHED" and "final_val_loss" in run.data.metrics
-        assert len(mlflow_client.get_metric_history(o.run_id, "val_loss")) >= 3
+        assert len(mlflow_client.get_metric_history(o.seeds[0].run_id, "val_loss")) >= 3
     assert runs["duo4"].result.metrics["bytes_slow_per_step"] == 4 * runs["duo4"].result.metrics["n_params"]
+    # one job per seed: each seed trains from its own init and batches, the DAG aggregates them
+    fp = runs["fp32"]
+    assert sorted(fp.seeds) == [0, 1] and fp.result.metrics["final_val_loss_n"] == 2
+    per_seed = [fp.seeds[s].result.metrics["final_val_loss"] for s in (0, 1)]
+    assert per_seed[0] != per_seed[1] and fp.result.metrics["final_val_loss_se"] > 0
     judged = {c.name: c for c in out.claims}
     assert not judged["duo_4bit_matches_fp32"].error and not judged["duo_4bit_matches_fp32"].skipped
     assert judged["plain_1bit_degrades"].skipped             # q1 did not run: neither holds nor fails

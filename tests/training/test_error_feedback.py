@@ -6,12 +6,13 @@ from components.core.context import RunContext
 from components.core.params import parse_params
 from components.training import problems as P
 from components.training.error_feedback import theory
-from components.training.error_feedback.technique import EFParams, ProblemSetParams, build_problems, run_error_feedback
+from components.training.error_feedback.prepare import ProblemSetParams, build_problems
+from components.training.error_feedback.technique import EFParams, run_error_feedback
 
 
 @pytest.fixture(scope="module")
 def ctx():
-    probs = build_problems(ProblemSetParams(quad_dim=20, quad_kappa=4.0, dist_dim=30), None)
+    probs = build_problems(ProblemSetParams(quad_dim=20, quad_kappa=4.0, dist_dim=30), RunContext(seed=0))
     return RunContext(inputs={"problems": probs})
 
 
@@ -41,7 +42,7 @@ def test_lyapunov_ratio_within_rho_star(ctx, method, problem):
 
 def test_lyapunov_check_can_fail_with_a_too_large_step(ctx):
     """Beyond 2/L the iteration diverges and the measured ratio exceeds rho* (the check is not vacuous)."""
-    q = ctx.inputs["problems"]["quadratic"]
+    q = ctx.input("problems")["quadratic"]
     step = 2.5 / q.L
     p = parse_params(EFParams, {"method": "ef21", "problem": "quadratic", "compressor": {"kind": "top_k", "ratio": 0.3},
                                 "iters": 200, "tail": 10, "step": step})
@@ -66,6 +67,18 @@ def test_ef21_converges_where_cgd_stalls_on_heterogeneous_agents(ctx):
     cgd = run_error_feedback(parse_params(EFParams, {**base, "method": "cgd"}), RunContext(inputs=ctx.inputs, nodes=None))
     assert ef21.metrics["final_grad_norm_sq"] <= 1e-16
     assert cgd.metrics["tail_grad_norm"] >= 0.1 * cgd.metrics["heterogeneity"]
+
+
+def test_problem_set_is_drawn_from_the_seed(ctx):
+    """A seeded step: the random quadratics change with ctx.seed, the load_digits problems do not."""
+    small = ProblemSetParams(quad_dim=20, quad_kappa=4.0, dist_dim=30)
+    again = build_problems(small, RunContext(seed=0))
+    other = build_problems(small, RunContext(seed=1))
+    mine = ctx.input("problems")
+    assert np.array_equal(again["quadratic"].A, mine["quadratic"].A)
+    assert not np.allclose(other["quadratic"].A, mine["quadratic"].A)
+    assert not np.allclose(other["dist_quadratic"].x_star, mine["dist_quadratic"].x_star)
+    assert np.array_equal(other["logreg"].x_star, mine["logreg"].x_star)
 
 
 def test_logreg_minimizer_is_precise():

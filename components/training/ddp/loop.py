@@ -1,6 +1,6 @@
 """The Ray Train worker loop: a char-level GPT trained with DDP on gloo, one strategy per method.
 
-Runs every seed of a variant in one TorchTrainer run (one worker group start per variant). Each
+One TorchTrainer run trains one seed of a variant (``cfg["seed"]``; the DAG runs the seeds). Each
 rank samples its own batches (seeded by seed and rank, identical across methods); rank 0 evaluates
 on fixed validation windows and returns per-step series, bytes per path, gloo seconds per path and
 median compute phase times (forward, backward without the hook's collective, optimizer) through a
@@ -28,14 +28,14 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     from components.data.char_corpus import sample_batch
     from components.models.gpt import GPT, GPTConfig, evaluate_loss
     from components.training.ddp.optim import lr_at
-    from components.training.ddp.strategies import flatten_params, make_strategy
+    from components.training.ddp.strategies import flatten_params
 
     torch.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=cfg["vocab_size"], **cfg["model"]))
     flat = flatten_params(model)
     ctx_len = cfg["model"]["context"]
     ddp = DDP(model, bucket_cap_mb=cfg["ddp_bucket_mb"])
-    strat = make_strategy(ddp, {**cfg, "seed": seed}, flat)
+    strat = cfg["strategy"](ddp, {**cfg, "seed": seed}, flat)  # a registered ddp_strategy class
     strat.attach()
     rng = np.random.default_rng(seed * 10_007 + rank)
     steps, fail = cfg["steps"], cfg.get("fail_at")
@@ -104,9 +104,9 @@ def train_worker(cfg: dict) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     train = np.asarray(cfg["train"])
     val = np.asarray(cfg["val"])
-    runs = [run_seed(cfg, s, train, val, rank, world) for s in cfg["seeds"]]
+    run = run_seed(cfg, cfg["seed"], train, val, rank, world)
     gathered = [None] * world
-    dist.all_gather_object(gathered, runs)
+    dist.all_gather_object(gathered, run)
     with tempfile.TemporaryDirectory() as d:
         ckpt = None
         if rank == 0:

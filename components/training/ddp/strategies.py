@@ -3,16 +3,15 @@
 A strategy registers its DDP comm hook (``attach``), may launch communication before the forward
 (``before_forward``), applies the update after the backward (``after_backward``) and settles any
 pending state at the end (``finish``). Its ``paths`` map a path name ("fast", "slow") to CommStats.
-:class:`SyncStrategy` covers fp32, plain low-bit, error-feedback low-bit and PowerSGD; DUO lives in
-:mod:`components.training.duo.fast_slow`.
+Strategies register as kind ``ddp_strategy``: ``sync`` (:class:`SyncStrategy`) covers fp32, plain
+low-bit, error-feedback low-bit and PowerSGD; ``duo`` lives in :mod:`components.training.duo.fast_slow`.
 """
 from __future__ import annotations
-
-import importlib
 
 import torch
 
 from components.compression.torch_codecs import make_torch_codec
+from components.core.registry import register
 from components.training.ddp import hooks
 from components.training.ddp.optim import make_optimizer
 
@@ -62,6 +61,8 @@ class Strategy:
                            for p in self.module_params])]
 
 
+@register("ddp_strategy", "sync", summary="one synchronous gradient reduction per step through a DDP comm hook "
+          "(fp32, torch PowerSGD, plain or error-feedback low-bit), then the optimizer step")
 class SyncStrategy(Strategy):
     """One synchronous gradient reduction per step through a DDP hook, then an optimizer step."""
 
@@ -88,11 +89,3 @@ class SyncStrategy(Strategy):
     def after_backward(self, step, lr):
         self.opt.update(self.params, self.grads(), lr, self.params, write=True)
 
-
-def make_strategy(ddp, cfg: dict, flat: torch.Tensor) -> Strategy:
-    """``cfg['strategy']`` = 'module:Class' (DUO) or absent (SyncStrategy)."""
-    spec = cfg.get("strategy")
-    if not spec:
-        return SyncStrategy(ddp, cfg, flat)
-    mod, cls = spec.split(":")
-    return getattr(importlib.import_module(mod), cls)(ddp, cfg, flat)

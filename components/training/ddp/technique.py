@@ -1,6 +1,7 @@
 """Registered technique `ddp_train`: data-parallel GPT training on Ray Train (gloo) with the gradient
 sync as a DDP comm hook - fp32 all-reduce, torch's PowerSGD hook, plain low-bit codecs, and
-error-feedback low-bit codecs. The shared parameters and the run/metrics code are reused by `duo`."""
+error-feedback low-bit codecs. The shared parameters and the run/metrics code are reused by `duo`.
+One call trains one seed (``ctx.seed``) as one Ray Train job; the DAG runs the seeds."""
 from __future__ import annotations
 
 import os
@@ -12,9 +13,9 @@ import numpy as np
 from components.compression.torch_codecs import check_codec, make_torch_codec
 from components.core.errors import ConfigError, require
 from components.core.netsim import Link
-from components.core.registry import technique
+from components.core.registry import lookup, technique
 from components.core.result import Result
-from components.training.ddp import simtime
+from components.training.ddp import simtime, strategies  # noqa: F401  (strategies: ddp_strategy "sync")
 
 
 @dataclass
@@ -26,7 +27,6 @@ class DPParams:
     worker_cpus: float = 0.5             # CPUs each worker reserves (fractional: 4 x 0.5 on 2 cores)
     batch: int = 16                      # sequences per worker per step
     steps: int = 1000
-    seeds: list[int] = field(default_factory=lambda: [0])
     lr: float = 3e-3
     warmup: int = 50
     final_lr_frac: float = 0.1           # cosine decay to this fraction of lr
@@ -53,7 +53,6 @@ class DPParams:
         require(self.workers >= 1, "workers", self.workers, "a positive number of workers")
         require(self.worker_cpus > 0, "worker_cpus", self.worker_cpus, "a positive number of CPUs")
         require(self.batch >= 1 and self.steps >= 1, "steps", self.steps, "positive steps and batch")
-        require(len(self.seeds) >= 1, "seeds", self.seeds, "a non-empty list of seeds")
         require(self.lr > 0, "lr", self.lr, "a positive learning rate")
         require(0 <= self.warmup < self.steps or self.steps == 1, "warmup", self.warmup, f"in [0, steps={self.steps})")
         require(0 <= self.final_lr_frac <= 1, "final_lr_frac", self.final_lr_frac, "a fraction in [0, 1]")
@@ -93,16 +92,7 @@ def machine_cpus() -> float:
     return float(os.cpu_count() or 1)
 
 
-def _corpus(ctx):
-    for v in ctx.inputs.values():
-        if hasattr(v, "train") and hasattr(v, "tokenizer"):
-            return v
-    raise ConfigError("prepare", list(ctx.inputs), "a prepare entry with step: char_corpus")
-
-
 def _validate(p: DPParams, exp: dict) -> None:
-    steps = [s.get("step") for s in (exp.get("prepare") or {}).values() if isinstance(s, dict)]
-    require("char_corpus" in steps, "experiment.prepare", steps, "a prepare entry with step: char_corpus")
     res = exp.get("resources") or {}
     if res.get("num_cpus", 1):
         raise ConfigError("experiment.resources.num_cpus", res.get("num_cpus", 1),
@@ -112,70 +102,67 @@ def _validate(p: DPParams, exp: dict) -> None:
                           "a positive integer (how many Ray Train jobs may share the CPUs; 1 on a small machine)")
 
 
-def run_data_parallel(p: DPParams, ctx, method: str, strategy: str | None = None) -> Result:
-    """Train one variant (all its seeds) on Ray Train and turn the workers' reports into a Result."""
+def run_data_parallel(p: DPParams, ctx, method: str, strategy: str = "sync") -> Result:
+    """Train one seed of a variant as one Ray Train job and turn the workers' reports into a Result.
+
+    ``strategy`` names a registered ``ddp_strategy``; its class travels to the workers in the config
+    (pickled by reference, so they import its module and nothing else)."""
     from components.models.gpt import SIZES
     from components.training.ddp.loop import train_worker
     from components.training.ddp.runner import fit
 
-    corpus = _corpus(ctx)
+    corpus = ctx.input("corpus")
     cfg = {k: v for k, v in asdict(p).items() if k not in ("link", "slow_link", "model")}
-    cfg.update(method=method, strategy=strategy, model=dict(SIZES[p.model]), vocab_size=corpus.vocab_size,
-               train=corpus.train, val=corpus.val)
+    cfg.update(method=method, strategy=lookup("ddp_strategy", strategy, key="strategy"), seed=ctx.seed,
+               model=dict(SIZES[p.model]), vocab_size=corpus.vocab_size, train=corpus.train, val=corpus.val)
     ctx.progress(0, 1, phase=0)
-    out = fit(train_worker, cfg, p.workers, p.worker_cpus, ctx.workdir / "ray_train", f"{ctx.variant}", p.timeout_s)
+    out = fit(train_worker, cfg, p.workers, p.worker_cpus, ctx.workdir / "ray_train", f"{ctx.variant}-s{ctx.seed}",
+              p.timeout_s)
     return summarize(p, method, out)
 
 
 def summarize(p: DPParams, method: str, out: dict) -> Result:
-    """Metrics, mean curves and per-seed rows from every rank's per-seed reports."""
+    """Metrics and curves of one seed from every rank's report (rank 0 evaluates)."""
     link, slow_link = Link.from_config(p.link), Link.from_config(p.slow_link)
     world = out["world"]
     ranks = out["ranks"]
-    seeds = ranks[0]
-    per_seed = []
-    for i, r0 in enumerate(seeds):
-        allr = [rk[i] for rk in ranks]
-        steps = r0["steps"]
-        fast = r0["paths"]["fast"]
-        slow = r0["paths"].get("slow", {"bytes": 0, "seconds": 0.0, "calls": 0, "collectives": 0})
-        fwd = float(np.mean([r["fwd_s"] for r in allr]))
-        bwd = float(np.mean([r["bwd_s"] for r in allr]))
-        opt = float(np.mean([r["opt_s"] for r in allr]))
-        fast_b, slow_b = fast["bytes"] / steps, slow["bytes"] / steps
-        t_fast = simtime.fast_path_s(link, method, fast_b, fast["collectives"] / steps, world)
-        t_slow = simtime.allreduce_s(link, slow_b, world, slow["collectives"] / steps)
-        s_fast = simtime.fast_path_s(slow_link, method, fast_b, fast["collectives"] / steps, world)
-        s_slow = simtime.allreduce_s(slow_link, slow_b, world, slow["collectives"] / steps)
-        per_seed.append({
-            "seed": r0["seed"], "final_val_loss": r0["final_val_loss"],
-            "bytes_fast_per_step": fast_b, "bytes_slow_per_step": slow_b, "bytes_per_step": fast_b + slow_b,
-            "fwd_s": fwd, "bwd_s": bwd, "opt_s": opt, "sim_fast_s": t_fast, "sim_slow_s": t_slow,
-            "sim_step_s": simtime.step_s(fwd, bwd, opt, t_fast, t_slow),
-            "sim_step_s_serial": simtime.step_s(fwd, bwd, opt, t_fast, t_slow, serial=True),
-            "slow_fwd_ratio": t_slow / fwd if fwd > 0 else float("nan"),
-            "sim_step_s_slow_link": simtime.step_s(fwd, bwd, opt, s_fast, s_slow),
-            "slow_fwd_ratio_slow_link": s_slow / fwd if fwd > 0 else float("nan"),
-            "gloo_fast_s_per_step": fast["seconds"] / steps, "gloo_slow_s_per_step": slow["seconds"] / steps,
-            "exposed_slow_s_per_step": r0["exposed_slow_s"] / steps,
-            "tokens_per_s": world * p.batch * r0_context(p) * steps / r0["train_s"],
-            "ranks_agree": float(max(abs(r["param_checksum"] - r0["param_checksum"]) for r in allr)
-                                 <= 1e-6 * max(1.0, abs(r0["param_checksum"]))),
-        })
-    metrics = {k: float(np.mean([row[k] for row in per_seed])) for k in per_seed[0] if k != "seed"}
-    metrics["final_val_loss_std"] = float(np.std([row["final_val_loss"] for row in per_seed]))
-    metrics["n_seeds"] = len(per_seed)
-    metrics["n_params"] = seeds[0]["n_params"]
-    metrics["workers"] = world
+    r0 = ranks[0]
+    steps = r0["steps"]
+    fast = r0["paths"]["fast"]
+    slow = r0["paths"].get("slow", {"bytes": 0, "seconds": 0.0, "calls": 0, "collectives": 0})
+    fwd = float(np.mean([r["fwd_s"] for r in ranks]))
+    bwd = float(np.mean([r["bwd_s"] for r in ranks]))
+    opt = float(np.mean([r["opt_s"] for r in ranks]))
+    fast_b, slow_b = fast["bytes"] / steps, slow["bytes"] / steps
+    t_fast = simtime.fast_path_s(link, method, fast_b, fast["collectives"] / steps, world)
+    t_slow = simtime.allreduce_s(link, slow_b, world, slow["collectives"] / steps)
+    s_fast = simtime.fast_path_s(slow_link, method, fast_b, fast["collectives"] / steps, world)
+    s_slow = simtime.allreduce_s(slow_link, slow_b, world, slow["collectives"] / steps)
+    metrics = {
+        "final_val_loss": r0["final_val_loss"],
+        "bytes_fast_per_step": fast_b, "bytes_slow_per_step": slow_b, "bytes_per_step": fast_b + slow_b,
+        "fwd_s": fwd, "bwd_s": bwd, "opt_s": opt, "sim_fast_s": t_fast, "sim_slow_s": t_slow,
+        "sim_step_s": simtime.step_s(fwd, bwd, opt, t_fast, t_slow),
+        "sim_step_s_serial": simtime.step_s(fwd, bwd, opt, t_fast, t_slow, serial=True),
+        "slow_fwd_ratio": t_slow / fwd if fwd > 0 else float("nan"),
+        "sim_step_s_slow_link": simtime.step_s(fwd, bwd, opt, s_fast, s_slow),
+        "slow_fwd_ratio_slow_link": s_slow / fwd if fwd > 0 else float("nan"),
+        "gloo_fast_s_per_step": fast["seconds"] / steps, "gloo_slow_s_per_step": slow["seconds"] / steps,
+        "exposed_slow_s_per_step": r0["exposed_slow_s"] / steps,
+        "tokens_per_s": world * p.batch * r0_context(p) * steps / r0["train_s"],
+        "ranks_agree": float(max(abs(r["param_checksum"] - r0["param_checksum"]) for r in ranks)
+                             <= 1e-6 * max(1.0, abs(r0["param_checksum"]))),
+        "n_params": r0["n_params"], "workers": world,
+    }
     series = {}
-    if seeds[0].get("val_steps"):
-        series["val_loss"] = (seeds[0]["val_steps"], list(np.mean([s["val_loss"] for s in seeds], axis=0)))
-    tl = np.mean([s["train_loss"] for s in seeds], axis=0)
+    if r0.get("val_steps"):
+        series["val_loss"] = (r0["val_steps"], r0["val_loss"])
+    tl = r0["train_loss"]
     k = max(1, len(tl) // 200)
     series["train_loss"] = (list(range(0, len(tl) - k + 1, k)),
                             [float(np.mean(tl[i:i + k])) for i in range(0, len(tl) - k + 1, k)])
     codec = "fp32" if method == "fp32" else ("powersgd" if method == "powersgd" else repr(make_torch_codec(p.bits, p.bucket)))
-    return Result(metrics=metrics, series=series, tables={"per_seed": per_seed},
+    return Result(metrics=metrics, series=series,
                   info={"method": method, "codec": codec, "link": p.link, "world": world,
                         "sim_rule": "max(T_fwd, T_slow) + max(T_bwd, T_fast) + T_opt; serial: T_bwd + T_fast"})
 
@@ -186,7 +173,7 @@ def r0_context(p: DPParams) -> int:
     return SIZES[p.model]["context"]
 
 
-@technique("ddp_train", family="training", params=DDPParams, validate=_validate,
+@technique("ddp_train", family="training", params=DDPParams, validate=_validate, inputs=("corpus",),
            summary="Data-parallel GPT on Ray Train (gloo) with the gradient sync as a DDP comm hook: "
                    "fp32, torch PowerSGD, plain or error-feedback 8/4/2/1-bit codecs.")
 def run_ddp_train(p: DDPParams, ctx) -> Result:

@@ -23,10 +23,13 @@ import torch
 import torch.distributed as dist
 
 from components.compression.torch_codecs import make_torch_codec
+from components.core.registry import register
 from components.training.ddp import hooks
 from components.training.ddp.strategies import Strategy
 
 
+@register("ddp_strategy", "duo", summary="DUO: low-bit fast sync + tentative update; the cached exact gradient "
+          "all-reduced behind the next forward and committed one step late")
 class DuoStrategy(Strategy):
     def __init__(self, ddp, cfg, flat):
         super().__init__(ddp, cfg, flat)

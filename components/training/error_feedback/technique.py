@@ -1,5 +1,5 @@
 """Registered technique `error_feedback` (GD, CGD, EF, EF21; one agent or n Ray actors) and the
-theory check `ef_theory_grid`, plus the prepare step `ef_problems` that builds the problem set."""
+theory check `ef_theory_grid`; the problem set is the prepare step `ef_problems` (prepare.py)."""
 from __future__ import annotations
 
 import math
@@ -14,75 +14,16 @@ from components.core.errors import ConfigError, require
 from components.core.netsim import Link
 from components.core.plotting import fig_png, figure
 from components.core.raytools import RemoteObjects, start_nodes
-from components.core.registry import prepare_step, technique
+from components.core.registry import technique
 from components.core.result import Result
-from components.training import problems as P
 from components.training.error_feedback import theory
 from components.training.error_feedback.agents import Agent, Server
+from components.training.error_feedback.prepare import problem_dim
 
 SINGLE = ("quadratic", "logreg", "nonconvex")
 DISTRIBUTED = ("dist_quadratic", "dist_logreg", "dist_nonconvex")
 
 
-# ------------------------------------------------------------------------------------ prepare
-@dataclass
-class ProblemSetParams:
-    quad_dim: int = 40                # single-agent quadratic (paper's setting)
-    quad_kappa: float = 10.0
-    n_agents: int = 4                 # distributed setting
-    dist_dim: int = 100
-    dist_spectrum: list[float] = field(default_factory=lambda: [0.1, 1.0])
-    dist_spread: float = 3.0          # std of the local minimizers: the heterogeneity
-    logreg_lambda: float = 0.01       # L2 weight (= mu) of the strongly convex logistic problem
-    nonconvex_lambda: float = 0.1     # weight of sum x^2/(1+x^2)
-    seed: int = 0
-
-    def check(self):
-        require(self.quad_dim >= 2, "quad_dim", self.quad_dim, "an integer >= 2")
-        require(self.quad_kappa >= 1, "quad_kappa", self.quad_kappa, "a condition number >= 1")
-        require(self.n_agents >= 1, "n_agents", self.n_agents, "a positive number of agents")
-        require(self.n_agents <= 10, "n_agents", self.n_agents, "at most 10 (load_digits has 10 digit shards)")
-        require(self.dist_dim >= 2, "dist_dim", self.dist_dim, "an integer >= 2")
-        lo, hi = (self.dist_spectrum + [0, 0])[:2]
-        require(len(self.dist_spectrum) == 2 and 0 < lo <= hi, "dist_spectrum", self.dist_spectrum, "[lo, hi] with 0 < lo <= hi")
-        require(self.logreg_lambda > 0, "logreg_lambda", self.logreg_lambda, "a positive weight")
-        require(self.nonconvex_lambda >= 0, "nonconvex_lambda", self.nonconvex_lambda, "a non-negative weight")
-
-
-def problem_dim(name: str, prep: dict) -> int:
-    """Dimension of a prepared problem, known from config alone (for validation before Ray)."""
-    if name == "quadratic":
-        return int(prep.get("quad_dim", ProblemSetParams.quad_dim))
-    if name == "dist_quadratic":
-        return int(prep.get("dist_dim", ProblemSetParams.dist_dim))
-    return 65  # load_digits: 64 pixels + bias
-
-
-@prepare_step("ef_problems", summary="Problem set for error feedback: quadratics, load_digits logistic "
-              "(convex and nonconvex), heterogeneous shards, each with L, mu and a precise x*.",
-              params=ProblemSetParams)
-def build_problems(p: ProblemSetParams, ctx) -> dict:
-    quad = P.make_quadratic(p.quad_dim, p.quad_kappa, p.seed)
-    X, y, digit = P.digits_binary()
-    logreg = P.LogReg(X, y, p.logreg_lambda, "l2", name="logreg")
-    logreg.x_star = P.minimize_precisely(logreg.grad, logreg.value, np.zeros(logreg.dim), logreg.L)
-    nonconvex = P.LogReg(X, y, p.nonconvex_lambda, "nonconvex", name="nonconvex")
-
-    dq = P.Federation(P.make_local_quadratics(p.n_agents, p.dist_dim, tuple(p.dist_spectrum), p.dist_spread, p.seed + 1),
-                      name="dist_quadratic")
-    dq.x_star = np.linalg.solve(sum(q.A for q in dq.parts), sum(q.A @ q.b for q in dq.parts))
-    # non-IID shards: agent i holds the digits i, i+n, ... (so labels and features differ by agent)
-    shards = [np.isin(digit, [d for d in range(10) if d % p.n_agents == i]) for i in range(p.n_agents)]
-    dl = P.Federation([P.LogReg(X[m], y[m], p.logreg_lambda, "l2", name=f"logreg[{i}]") for i, m in enumerate(shards)],
-                      name="dist_logreg")
-    dl.x_star = P.minimize_precisely(dl.grad, dl.value, np.zeros(dl.dim), dl.L)
-    dn = P.Federation([P.LogReg(X[m], y[m], p.nonconvex_lambda, "nonconvex", name=f"nonconvex[{i}]")
-                       for i, m in enumerate(shards)], name="dist_nonconvex")
-    return {"quadratic": quad, "logreg": logreg, "nonconvex": nonconvex,
-            "dist_quadratic": dq, "dist_logreg": dl, "dist_nonconvex": dn}
-
-
-# ------------------------------------------------------------------------------------ technique
 @dataclass
 class EFParams:
     method: Literal["gd", "cgd", "ef", "ef21"] = "ef21"
@@ -95,7 +36,6 @@ class EFParams:
     tol_grad_norm: float = 1e-8       # report iters_to_tol: first iteration with ||grad f|| below this
     link: dict = field(default_factory=lambda: {"bandwidth": "100Mbps", "latency": "1ms"})
     actor_cpus: float = 0.0           # CPUs per agent actor when the experiment gives no node pool
-    seed: int = 0
 
     def check(self):
         require(self.iters >= 1, "iters", self.iters, "a positive number of iterations")
@@ -107,31 +47,19 @@ class EFParams:
 
 
 def _validate(p: EFParams, exp: dict) -> None:
-    prep = {}
-    for spec in (exp.get("prepare") or {}).values():
-        if isinstance(spec, dict) and spec.get("step") == "ef_problems":
-            prep = spec.get("params") or {}
-    require(any(isinstance(s, dict) and s.get("step") == "ef_problems" for s in (exp.get("prepare") or {}).values()),
-            "experiment.prepare", exp.get("prepare"), "a prepare entry with step: ef_problems")
-    make_compressor(p.compressor, problem_dim(p.problem, prep), key="compressor")
+    entry = (exp.get("prepare") or {}).get("problems") or {}
+    make_compressor(p.compressor, problem_dim(p.problem, entry.get("params") or {}), key="compressor")
     if p.step is None and p.problem in ("nonconvex", "dist_nonconvex"):
         raise ConfigError("step", None, "an explicit step for a nonconvex problem (no mu, so no optimal step)")
     if p.step is None and p.problem in DISTRIBUTED:
         raise ConfigError("step", None, "an explicit step in the distributed setting (the tight step is single-agent)")
 
 
-def _prepared(ctx) -> dict:
-    for v in ctx.inputs.values():
-        if isinstance(v, dict) and "quadratic" in v:
-            return v
-    raise ConfigError("prepare", list(ctx.inputs), "the ef_problems prepare step")
-
-
-@technique("error_feedback", family="training", params=EFParams, validate=_validate,
+@technique("error_feedback", family="training", params=EFParams, validate=_validate, inputs=("problems",),
            summary="GD / compressed GD / EF / EF21 with contractive compressors; one agent or n Ray actors; "
                    "tight rates and Lyapunov ratios checked per step (arXiv 2506.05271).")
 def run_error_feedback(p: EFParams, ctx) -> Result:
-    prob = _prepared(ctx)[p.problem]
+    prob = ctx.input("problems")[p.problem]
     distributed = p.problem in DISTRIBUTED
     parts = prob.parts if distributed else [prob]
     d = prob.dim
@@ -148,7 +76,7 @@ def run_error_feedback(p: EFParams, ctx) -> Result:
         step = 2.0 / (L + mu)
     link = Link.from_config(p.link)
 
-    factories = [(Agent, f, p.method, p.compressor, step, p.seed * 1000 + i) for i, f in enumerate(parts)]
+    factories = [(Agent, f, p.method, p.compressor, step, ctx.seed * 1000 + i) for i, f in enumerate(parts)]
     nodes = None
     if distributed:
         nodes = ctx.nodes if ctx.nodes and len(ctx.nodes) >= len(parts) else start_nodes(len(parts), p.actor_cpus, "ef-agent")
