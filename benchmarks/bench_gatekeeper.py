@@ -61,22 +61,21 @@ def load_tests(n_requests: int) -> None:
     from components.serving.loadtest import run_load_test
 
     torch.set_num_threads(1)
-    prep = prepare_digits_cascade(DigitsCascadeParams(seeds=[0]), RunContext())
-    sp = prep["seeds"][0]
-    model, _, pv, pt = run_arm(sp, "gatekeeper", Stage2(), 0.5, prep["small_hidden"])
+    prep = prepare_digits_cascade(DigitsCascadeParams(), RunContext(seed=0))
+    model, _, pv, pt = run_arm(prep, "gatekeeper", Stage2(), 0.5)
     tau = threshold_for_ratio(pv.max(1), 0.2)
     r = float((pt.max(1) < tau).mean())
     c = model_costs(prep)
     cost_ratio = (c["small"].seconds(decode=1) + r * c["large"].seconds(decode=1)) / c["large"].seconds(decode=1)
-    x = sp["split"].x_test.astype(float)
+    x = prep["split"].x_test.astype(float)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     print(f"\n## load test: cascade (small MLP -> large CNN handle, tau for r=0.2, test deferral {r:.3f}) vs large-only; "
           f"{n_requests} requests per cell, client in a second process on 127.0.0.1\n")
     print("| images/request | concurrency | service | req/s | p50 ms | p99 ms | errors | req/s ratio | p50 ratio | sim cost ratio | peak MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     with serve_session() as info:
-        deploy(cascade_app(model.state_dict(), sp["large_state"], tau, prep["small_hidden"]), "bench_cascade", "/bc")
-        deploy(large_app(sp["large_state"]), "bench_large", "/bl")
+        deploy(cascade_app(model.state_dict(), prep["large_state"], tau, prep["small_hidden"]), "bench_cascade", "/bc")
+        deploy(large_app(prep["large_state"]), "bench_large", "/bl")
         for batch in (1, 8):
             bodies = [{"images": x[i:i + batch].tolist()} for i in range(0, len(x), batch)]
             for conc in (1, 4):

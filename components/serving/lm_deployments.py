@@ -9,6 +9,8 @@
   speculative decoding or SpecReason (optionally stacked with SD) with the *same* loop code as
   the offline experiment, calling the model deployments through handles, and answers with the
   chain of thought, the answer, per-model token counts and simulated/measured latency.
+* Registered as service ``specreason`` (``dtlab serve specreason``): :func:`build_app` on the
+  specreason experiment's prepared LMs, mounted at ``/specreason/solve``.
 
 Bodies are pydantic models (:class:`SolveRequest`, :class:`SolveResponse`) with bounded prompt
 length and token budgets; malformed or oversized bodies get 422/413 from the shared API
@@ -28,10 +30,12 @@ from pydantic import Field, field_validator
 from ray import serve
 
 from components.core.errors import require
+from components.core.registry import register
 from components.data import reasoning as R
 from components.serving.app import TINY_REPLICA, BoundedModel, make_api
 from components.serving.cost import Usage
-from components.serving.reasoning_lms import lm_costs, load_lm
+from components.serving.lms import lm_costs, load_lm
+from components.serving.services import Service
 from components.serving.specreason.loop import SpecReasonConfig, Trace, spec_reason
 from components.serving.specreason.session import LMSession
 from components.serving.speculative import speculative_generate
@@ -212,3 +216,10 @@ def build_app(lms: dict, small_replicas: int = 1, base_replicas: int = 1):
     base = model.options(name="BaseLM", num_replicas=base_replicas, ray_actor_options=TINY_REPLICA).bind(lms, "base")
     meta = {"costs": lm_costs(lms), "context": lms["base"]["config"]["context"]}
     return SpecReasonController.bind(small, base, meta)
+
+
+SPECREASON = Service(
+    experiment="specreason", prepare="lms", build=build_app, route_prefix="/specreason", endpoint="/solve",
+    example={"problem": "17|+1|*9|-7|+3|*2|-6", "method": "specreason", "threshold": 7},
+    summary="SmallLM + BaseLM deployments under a controller: specreason, base, small or sd per request")
+register("service", "specreason", summary=SPECREASON.summary)(SPECREASON)

@@ -10,20 +10,8 @@ S is trained on a 50/50 mix of the two surface forms (form B for odd start value
 flipped), B mostly on form A. Budgets are fixed in
 optimizer steps (not wall time), so a rerun gives the same models; the DAG caches the output.
 
-Usage (any technique that lists the step under ``prepare``)::
-
-    from components.serving.reasoning_lms import load_lm, lm_costs
-    from components.data import reasoning as R
-
-    lms = ctx.inputs["lms"]                       # output of prepare step `reasoning_lms`
-    small, base = load_lm(lms, "small"), load_lm(lms, "base")   # GPT modules, eval mode
-    costs = lm_costs(lms)                         # {"small": TokenCost, "base": TokenCost}
-    problems = R.held_out_problems(500, lms["level"], lms["heldout_seed"])  # never trained on
-    ids = R.encode(problems[0].text)              # prompt tokens; R.decode(ids) back to text
-    out = base.generate(ids, max_new=96, stop={R.STOP_ID})     # greedy chain of thought
-    steps = R.split_steps(R.decode(out))            # ["(17)+1=18\\n", ..., "A=55."]
-    R.final_answer(steps) == problems[0].answer   # exact answer check
-    R.check_step(problems[0], steps[:i], steps[i])   # exact check of step i
+Techniques read the output through :mod:`components.serving.lms` (``load_lm``, ``lm_costs``),
+which lives apart so that this module, the step's cache key, holds only what the step runs.
 
 Plain data out: ``{"level", "alphabet", "heldout_seed", "n_heldout", "small": {"config",
 "state", "stats"}, "base": {...}}`` (configs are GPTConfig dicts, states CPU state dicts).
@@ -43,9 +31,6 @@ from components.core.errors import require
 from components.core.registry import prepare_step
 from components.data import reasoning as R
 from components.models.gpt import GPT, SIZES, GPTConfig
-from components.serving.cost import TokenCost
-
-MODEL_NAMES = ("small", "base")
 
 
 # ------------------------------------------------------------------------------ data
@@ -286,23 +271,3 @@ def prepare_reasoning_lms(p: ReasoningLMParams, ctx) -> dict:
     return train_reasoning_lms(p, progress=ctx.progress)
 
 
-prepare_reasoning_lms.code_deps = ("components.data.reasoning",)  # the cache key covers the task too
-
-
-# ------------------------------------------------------------------------------ loading
-def load_lm(lms: dict, name: str, dtype: torch.dtype = torch.float32) -> GPT:
-    """The trained model ``name`` ("small" or "base") from the prepare step's output, in eval mode."""
-    require(name in MODEL_NAMES, "model", name, "one of " + ", ".join(MODEL_NAMES))
-    entry = lms[name]
-    m = GPT(GPTConfig(**entry["config"]))
-    m.load_state_dict(entry["state"])
-    return m.to(dtype).eval()
-
-
-def lm_costs(lms: dict, flops_per_s: float = 1e9, prefill_ratio: float = 0.1, call_s: float = 0.0) -> dict[str, TokenCost]:
-    """Simulated per-token costs of both models, from their non-embedding parameter counts."""
-    out = {}
-    for name in MODEL_NAMES:
-        m = GPT(GPTConfig(**lms[name]["config"]))
-        out[name] = TokenCost.from_params(m.num_params(), flops_per_s, prefill_ratio, call_s)
-    return out

@@ -4,6 +4,12 @@ A service names the experiment whose prepare cache holds its models, the prepare
 build the Ray Serve application from that entry's output, where it is mounted, and an example
 body (printed for the user and used by the CLI test). Models come from the same cache the
 experiment uses, so ``dtlab run experiment=NAME`` and ``dtlab serve NAME`` serve the same weights.
+
+Each service registers where its application is built, for example::
+
+    register("service", "specreason", summary=SPECREASON.summary)(SPECREASON)
+
+and is found with ``lookup("service", name)``; ``dtlab list service`` lists them.
 """
 from __future__ import annotations
 
@@ -21,16 +27,7 @@ class Service:
     example: dict
     summary: str
 
-
-def _specreason_app(lms):
-    from components.serving.lm_deployments import build_app
-
-    return build_app(lms)
-
-
-SERVICES = {
-    "specreason": Service(
-        experiment="specreason", prepare="lms", build=_specreason_app, route_prefix="/specreason",
-        endpoint="/solve", example={"problem": "17|+1|*9|-7|+3|*2|-6", "method": "specreason", "threshold": 7},
-        summary="SmallLM + BaseLM deployments under a controller: specreason, base, small or sd per request"),
-}
+    @property
+    def fn(self) -> Callable[[Any], Any]:
+        """The builder, where the registry looks for the file that defines the service."""
+        return self.build

@@ -66,9 +66,11 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client, serve_instan
     assert names <= set(out.variants)
     for c in out.claims:                                 # every claim was computed (holds or not)
         assert not c.skipped and c.error in ("", None), (c.name, c.error)
+    assert set(out.variants["gatekeeper"].seeds) == {0, 1} and set(out.variants["served"].seeds) == {0}
+    assert set(out.variants["lm_untuned"].seeds) == {0}                # deterministic: one seed
     served = out.variants["served"].result.metrics
     assert served["agreement"] == 1.0 and served["rejects_invalid"] == 1.0
     runs = mlflow_client.search_runs([out.experiment_id], f"tags.mlflow.parentRunId = '{out.parent_run_id}'")
     assert {r.data.tags["variant"] for r in runs} >= names
     gk = next(r for r in runs if r.data.tags["variant"] == "gatekeeper")
-    assert {"s_d", "s_o", "auroc", "small_acc", "joint_acc_r20", "s_d_gain_se"} <= set(gk.data.metrics)
+    assert {"s_d", "s_d_se", "s_o", "auroc", "small_acc", "joint_acc_r20"} <= set(gk.data.metrics)

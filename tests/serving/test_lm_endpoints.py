@@ -6,6 +6,7 @@ import pytest
 from components.data import reasoning as R
 from components.serving import reasoning_lms as L
 from components.serving.app import deploy, post_json, undeploy
+from components.serving.lms import load_lm
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def test_serve_binds_loopback_only(serve_instance):
 
 def test_valid_requests_for_every_method(service):
     url, lms = service
-    base = L.load_lm(lms, "base")
+    base = load_lm(lms, "base")
     problem = "17|+1|*9|-7"
     ref = R.decode(base.generate(R.encode(problem + ">"), 20, stop={R.STOP_ID}))
     for method, extra in [("base", {}), ("small", {}), ("sd", {"gamma": 3}),

@@ -7,6 +7,7 @@ import torch
 
 from components.data import reasoning as R
 from components.serving import reasoning_lms as L
+from components.serving.lms import lm_costs, load_lm
 
 
 def test_problems_are_deterministic_and_held_out_distinct():
@@ -70,10 +71,10 @@ def test_training_batches_mask_solution_and_judge_digit():
 def test_prepare_step_trains_and_loads_both_models():
     p = L.ReasoningLMParams(small_steps=10, base_steps=10, batch=8, n_small_samples=10, n_heldout=20, n_eval=5)
     out = L.train_reasoning_lms(p)
-    small, base = L.load_lm(out, "small"), L.load_lm(out, "base")
+    small, base = load_lm(out, "small"), load_lm(out, "base")
     assert small.num_params() * 5 < base.num_params()
     assert len(out["base"]["stats"]["lm_loss"]) == 10 and out["base"]["stats"]["judge_loss"]
-    costs = L.lm_costs(out)
+    costs = lm_costs(out)
     assert costs["base"].decode_s / costs["small"].decode_s > 5
     ids = R.encode(R.held_out_problems(1, "medium", out["heldout_seed"])[0].text)
     assert base.generate(ids, 5) == base.generate(ids, 5)      # the two-layer model decodes with its cache

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from components.serving.app import free_port, post_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
@@ -14,6 +16,21 @@ def _cli(*args, **kw):
     env = {**os.environ, "RAY_ADDRESS": ""}
     return subprocess.Popen([sys.executable, "-m", "pipelines.cli", *args], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)
+
+
+def test_specreason_service_is_registered_with_a_valid_example():
+    from components.core.errors import ConfigError
+    from components.core.registry import get, lookup
+    from components.serving.lm_deployments import SolveRequest, build_app   # registers the service
+
+    entry = get("service", "specreason")
+    svc = entry.obj
+    assert entry.file == "components/serving/lm_deployments.py" and entry.summary == svc.summary
+    assert (svc.experiment, svc.prepare, svc.build, svc.route_prefix + svc.endpoint) == ("specreason", "lms", build_app,
+                                                                                         "/specreason/solve")
+    SolveRequest(**svc.example)             # the printed curl body is one the endpoint accepts
+    with pytest.raises(ConfigError, match="specreason"):
+        lookup("service", "nope", key="serve NAME")
 
 
 def test_unknown_service_and_bad_port_are_one_line_errors():

@@ -3,8 +3,8 @@
 - :mod:`.loss`       the Gatekeeper loss: alpha * CE on correct + (1 - alpha) * KL(p || U) on incorrect, both / N
 - :mod:`.metrics`    deferral curves (real, random, ideal), s_d, s_o, AUROC, joint accuracy at r, cost
 - :mod:`.digits`     corrupted load_digits, the small MLP and the large CNN, training, temperature scaling
-- :mod:`.prepare`    prepare step ``gatekeeper_digits`` (per seed: split, stage-1 small model, large model)
-- :mod:`.cascade`    one arm on one seed (untuned / ce_continued / temperature / gatekeeper) and its scoring
+- :mod:`.prepare`    prepare step ``gatekeeper_digits`` (seeded: split, stage-1 small model, large model)
+- :mod:`.cascade`    one arm (untuned / ce_continued / temperature / gatekeeper) on one seed and its scoring
 - :mod:`.technique`  techniques ``gatekeeper``, ``cascade_baseline``, ``gatekeeper_alpha_sweep`` (trade-off plot)
 - :mod:`.lm`         technique ``gatekeeper_lm``: the LM cascade on the reasoning task (per-token stage 2)
 - :mod:`.serving`    Ray Serve deployments: the small deployment answers or forwards to the large one

@@ -1,10 +1,11 @@
 """Gatekeeper on an LM cascade: the reasoning task's small GPT defers whole problems to the base GPT.
 
-Models come from specreason's prepare step ``reasoning_lms`` (a small 2L/d32 and a base 2L/d96
-char GPT trained on the arithmetic-chain task of :mod:`components.data.reasoning`). Stage 2
-fine-tunes the SMALL model only, per token (a token is correct when its argmax equals the target;
-loss on solution tokens only, N = number of solution tokens in the batch), on freshly sampled
-training chains (held-out problems excluded), for a fixed number of steps. Arms, as for digits:
+Models come from specreason's prepare step ``reasoning_lms`` (input ``lms``: a small and a base
+char GPT trained on the arithmetic-chain task of :mod:`components.data.reasoning`; the experiment
+sizes them). Stage 2 fine-tunes the SMALL model only, per token (a token is correct when its
+argmax equals the target; loss on solution tokens only, N = number of solution tokens in the
+batch), on training chains freshly sampled from the seed (held-out problems excluded), for a
+fixed number of steps. Arms, as for digits:
 ``untuned`` (as trained), ``ce_continued`` (same steps, plain token CE), ``gatekeeper`` (alpha).
 
 Cascade: the small model decodes its chain of thought greedily; sequence confidence g = mean
@@ -23,9 +24,10 @@ from components.core.registry import technique
 from components.core.result import Result
 from components.data import reasoning as R
 from components.serving.cost import Usage
-from components.serving.gatekeeper.cascade import mean_se, paired
 from components.serving.gatekeeper.loss import gatekeeper_loss
 from components.serving.gatekeeper.metrics import evaluate_cascade
+from components.serving.gatekeeper.technique import curve_result
+from components.serving.lms import lm_costs, lms_params, load_lm
 
 
 def lm_batch(rng: np.random.Generator, n: int, level: str, excluded: set[str], style_b: float = 0.5, flip: float = 0.2):
@@ -115,55 +117,49 @@ class LMCascadeParams:
     steps: int = 300                    # stage-2 optimizer steps (equal for every fine-tuned arm)
     batch: int = 32
     lr: float = 5e-4
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     n_val: int = 300
     n_test: int = 500
     seq_conf: str = "mean"              # mean | min of the token max-probabilities
     style_b: float = 0.5                # surface-form mix of the stage-2 chains: must equal the prepare
     flip: float = 0.2                   # step's small_style_b / small_flip (checked), i.e. S's training mix
     ratios: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3])
-    paired_control: bool = True         # gatekeeper: also run ce_continued on the same seeds
 
     def check(self):
         require(self.method in ("untuned", "ce_continued", "gatekeeper"), "method", self.method,
                 "untuned, ce_continued or gatekeeper")
         require(0 < self.alpha < 1, "alpha", self.alpha, "a weight in (0, 1)")
         require(self.steps >= 1 and self.batch >= 1 and self.lr > 0, "steps", self.steps, "positive steps, batch, lr")
-        require(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), "seeds", self.seeds, "distinct seeds")
         require(self.n_val >= 10 and self.n_test >= 10, "n_val", (self.n_val, self.n_test), "at least 10 problems each")
         require(self.seq_conf in ("mean", "min"), "seq_conf", self.seq_conf, "mean or min")
         require(self.ratios and all(0 < r < 1 for r in self.ratios), "ratios", self.ratios, "deferral ratios in (0, 1)")
 
 
 def _needs_lms(p: LMCascadeParams, exp: dict) -> None:
-    steps = {s.get("step"): s.get("params") or {} for s in (exp.get("prepare") or {}).values() if isinstance(s, dict)}
-    require("reasoning_lms" in steps, "experiment.prepare", list(steps), "a prepare entry with step: reasoning_lms")
-    from components.serving.reasoning_lms import ReasoningLMParams
-
-    lp = steps["reasoning_lms"]
-    n_heldout = int(lp.get("n_heldout", ReasoningLMParams.n_heldout))
+    lp = lms_params(exp)
     for mine, theirs in (("style_b", "small_style_b"), ("flip", "small_flip")):
-        want = float(lp.get(theirs, getattr(ReasoningLMParams, theirs)))
-        require(getattr(p, mine) == want, mine, getattr(p, mine),
-                f"{want} (the small model's training mix: prepare reasoning_lms {theirs})")
-    require(p.n_val + p.n_test <= n_heldout, "n_test", p.n_val + p.n_test,
-            f"n_val + n_test <= the prepare step's n_heldout={n_heldout} (never-trained problems)")
+        require(getattr(p, mine) == getattr(lp, theirs), mine, getattr(p, mine),
+                f"{getattr(lp, theirs)} (the small model's training mix: prepare reasoning_lms {theirs})")
+    require(p.n_val + p.n_test <= lp.n_heldout, "n_test", p.n_val + p.n_test,
+            f"n_val + n_test <= the prepare step's n_heldout={lp.n_heldout} (never-trained problems)")
 
 
-def _lms(ctx) -> dict:
-    for v in ctx.inputs.values():
-        if isinstance(v, dict) and "small" in v and "base" in v and "heldout_seed" in v:
-            return v
-    require(False, "prepare", list(ctx.inputs), "a prepare entry with step: reasoning_lms")
-
-
-def _arm(lms: dict, method: str, p: LMCascadeParams, seed: int, val, test, large: dict, costs) -> dict:
-    from components.serving.reasoning_lms import load_lm
-
+@technique("gatekeeper_lm", family="serving", params=LMCascadeParams, validate=_needs_lms, inputs=("lms",),
+           summary="Gatekeeper on an LM cascade (reasoning task): per-token stage-2 fine-tuning of the small GPT, "
+                   "sequence confidence = mean token max-prob, deferral of whole problems to the base GPT.")
+def run_gatekeeper_lm(p: LMCascadeParams, ctx) -> Result:
+    """One seed: the seed draws the stage-2 chains (``untuned`` does not use it: deterministic)."""
+    torch.set_num_threads(1)
+    lms = ctx.input("lms")
+    held = R.held_out_problems(p.n_val + p.n_test, lms["level"], lms["heldout_seed"])
+    val, test = held[:p.n_val], held[p.n_val:]
+    costs = lm_costs(lms)
+    large = greedy_answers(load_lm(lms, "base"), test)
     small = load_lm(lms, "small")
-    excluded = {q.text for q in R.held_out_problems(lms["n_heldout"], lms["level"], lms["heldout_seed"])}
-    if method != "untuned":
-        finetune(small, method, p.alpha, p.steps, p.batch, p.lr, 10_000 + seed, lms["level"], excluded, p.style_b, p.flip)
+    if p.method != "untuned":
+        excluded = {q.text for q in R.held_out_problems(lms["n_heldout"], lms["level"], lms["heldout_seed"])}
+        finetune(small, p.method, p.alpha, p.steps, p.batch, p.lr, 10_000 + ctx.seed, lms["level"], excluded,
+                 p.style_b, p.flip)
+    ctx.progress(1, 2)
     sv, st = greedy_answers(small, val), greedy_answers(small, test)
     key = f"conf_{p.seq_conf}"
     rep = evaluate_cascade(sv[key], st[key], st["ok"], large["ok"], tuple(p.ratios))
@@ -177,45 +173,7 @@ def _arm(lms: dict, method: str, p: LMCascadeParams, seed: int, val, test, large
     for k in [k for k in m if k.startswith("cost_")]:
         m[k.replace("cost_", "cost_rel_")] = m[k] / c_large
     m["small_tokens_per_problem"] = float(st["n_gen"].mean())
-    return m | {"_rep": rep}
-
-
-@technique("gatekeeper_lm", family="serving", params=LMCascadeParams, validate=_needs_lms,
-           summary="Gatekeeper on an LM cascade (reasoning task): per-token stage-2 fine-tuning of the small GPT, "
-                   "sequence confidence = mean token max-prob, deferral of whole problems to the base GPT.")
-def run_gatekeeper_lm(p: LMCascadeParams, ctx) -> Result:
-    from components.serving.gatekeeper.cascade import mean_curve
-    from components.serving.gatekeeper.technique import curve_png
-    from components.serving.reasoning_lms import lm_costs, load_lm
-
-    torch.set_num_threads(1)
-    lms = _lms(ctx)
-    held = R.held_out_problems(p.n_val + p.n_test, lms["level"], lms["heldout_seed"])
-    val, test = held[:p.n_val], held[p.n_val:]
-    costs = lm_costs(lms)
-    large = greedy_answers(load_lm(lms, "base"), test)
-    seeds = p.seeds if p.method != "untuned" else p.seeds[:1]      # untuned is deterministic
-    rows, reps, ce_rows = [], [], []
-    for i, seed in enumerate(seeds):
-        m = _arm(lms, p.method, p, seed, val, test, large, costs)
-        reps.append(m.pop("_rep"))
-        rows.append(m)
-        if p.method == "gatekeeper" and p.paired_control:
-            c = _arm(lms, "ce_continued", p, seed, val, test, large, costs)
-            c.pop("_rep")
-            ce_rows.append(c)
-        ctx.progress(i + 1, len(seeds), s_d=m["s_d"])
-    metrics = mean_se(rows)
-    metrics["n_seeds"] = float(len(rows))
-    for k in ("s_d", "s_o", "auroc", "small_acc", "joint_acc_r20"):
-        if ce_rows:
-            metrics[f"{k}_gain"], metrics[f"{k}_gain_se"] = paired([r[k] for r in rows], [r[k] for r in ce_rows])
-    r, curves = mean_curve(reps)
-    return Result(metrics=metrics,
-                  series={"acc_vs_deferral": (r, curves["real"]), "acc_random": (r, curves["random"]),
-                          "acc_ideal": (r, curves["ideal"])},
-                  tables={"per_seed": [row | {"seed": s} for row, s in zip(rows, seeds)]},
-                  info={"method": p.method, "alpha": p.alpha, "seq_conf": p.seq_conf,
-                        "small_stats": lms["small"]["stats"].get("heldout_accuracy"),
-                        "base_stats": lms["base"]["stats"].get("heldout_accuracy")},
-                  files={"plots/deferral_curves.png": curve_png(r, curves, reps, f"LM {p.method}")})
+    ctx.progress(2, 2, s_d=m["s_d"])
+    return curve_result(m, rep, {"method": p.method, "alpha": p.alpha, "seq_conf": p.seq_conf,
+                                 "small_stats": lms["small"]["stats"].get("heldout_accuracy"),
+                                 "base_stats": lms["base"]["stats"].get("heldout_accuracy")}, f"LM {p.method}")

@@ -1,6 +1,6 @@
 """Technique ``gatekeeper_served``: the Gatekeeper cascade deployed on Ray Serve and load-tested.
 
-On the first prepared seed it fine-tunes the small model with the Gatekeeper loss (the same run
+On its seed's prepared cascade it fine-tunes the small model with the Gatekeeper loss (the same run
 as the ``gatekeeper`` technique), picks tau on validation for the target deferral ratio, deploys
 the cascade (small deployment -> large deployment handle) and the large-only service, then:
 
@@ -24,7 +24,6 @@ from components.serving.app import deploy, post_json, serve_session, undeploy
 from components.serving.cost import Usage
 from components.serving.gatekeeper.cascade import Stage2, model_costs, run_arm
 from components.serving.gatekeeper.metrics import threshold_for_ratio
-from components.serving.gatekeeper.technique import needs_digits, prepared_digits
 from components.serving.loadtest import run_load_test
 
 
@@ -47,18 +46,17 @@ class ServedParams(Stage2):
         require(0 < self.max_seconds <= 300, "max_seconds", self.max_seconds, "seconds in (0, 300]")
 
 
-@technique("gatekeeper_served", family="serving", params=ServedParams, validate=needs_digits,
+@technique("gatekeeper_served", family="serving", params=ServedParams, inputs=("digits",),
            summary="The Gatekeeper cascade on Ray Serve (small deployment answers or forwards to the large deployment "
                    "handle): served = offline answers, 4xx on bad bodies, load test cascade vs large-only.")
 def run_served(p: ServedParams, ctx) -> Result:
     torch.set_num_threads(1)
-    prep = prepared_digits(ctx)
-    sp = prep["seeds"][0]
-    split = sp["split"]
-    model, _, pv, pt = run_arm(sp, "gatekeeper", p, p.alpha, prep["small_hidden"])
+    prep = ctx.input("digits")
+    split = prep["split"]
+    model, _, pv, pt = run_arm(prep, "gatekeeper", p, p.alpha)
     tau = threshold_for_ratio(pv.max(1), p.target_ratio)
     defer = pt.max(1) < tau
-    offline = np.where(defer, sp["large_test_pred"], pt.argmax(1))
+    offline = np.where(defer, prep["large_test_pred"], pt.argmax(1))
     small_state = {k: v.clone() for k, v in model.state_dict().items()}
     x = split.x_test.astype(float)
     batches = [x[i:i + p.batch_images].tolist() for i in range(0, len(x), p.batch_images)]
@@ -67,8 +65,8 @@ def run_served(p: ServedParams, ctx) -> Result:
     from components.serving.gatekeeper.serving import cascade_app, large_app
 
     with serve_session() as info:
-        deploy(large_app(sp["large_state"]), name=f"gk_large_{tag}", route_prefix=f"/gk_large_{tag}")
-        handle = deploy(cascade_app(small_state, sp["large_state"], tau, prep["small_hidden"]),
+        deploy(large_app(prep["large_state"]), name=f"gk_large_{tag}", route_prefix=f"/gk_large_{tag}")
+        handle = deploy(cascade_app(small_state, prep["large_state"], tau, prep["small_hidden"]),
                         name=f"gk_cascade_{tag}", route_prefix=f"/gk_cascade_{tag}")
         try:
             url_c, url_l = info.url(f"/gk_cascade_{tag}/classify"), info.url(f"/gk_large_{tag}/classify")
@@ -98,7 +96,7 @@ def run_served(p: ServedParams, ctx) -> Result:
         "agreement": float((served == offline).mean()),
         "deferral_agreement": float((np.array(served_defer) == defer).mean()),
         "served_deferral": float(np.mean(served_defer)), "offline_deferral": float(defer.mean()),
-        "served_joint_acc": float((served == split.y_test).mean()), "large_acc": float((sp["large_test_pred"] == split.y_test).mean()),
+        "served_joint_acc": float((served == split.y_test).mean()), "large_acc": float((prep["large_test_pred"] == split.y_test).mean()),
         "small_acc": float((pt.argmax(1) == split.y_test).mean()), "tau": float(tau),
         "rejects_invalid": float(bad_status == 422 and ok_after == 200),
         "sim_s_per_image": usage.sim_latency_s(costs) / stats["items"],

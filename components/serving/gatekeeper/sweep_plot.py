@@ -5,9 +5,10 @@ accuracy against alpha (error bars: standard errors over seeds), continued CE as
         only=[gatekeeper,ce_continued] runs_dir=RUNS
     python -m components.serving.gatekeeper.sweep_plot --runs-dir RUNS [--out alpha_tradeoff.png]
 
-Reads the finished ``gatekeeper`` child runs (variant ``gatekeeper``), keeps the most recent run
-per alpha, and the most recent ``ce_continued`` run as the reference line. (The experiment's own
-``alpha_sweep`` variant draws the same figure inside one run.)
+Reads the finished ``gatekeeper`` variant runs (means and standard errors over seeds; the
+per-seed runs nested under them are skipped), keeps the most recent run per alpha, and the most
+recent ``ce_continued`` run as the reference line. (The experiment's own ``alpha_sweep`` variant
+draws the same figure per seed inside one task.)
 """
 import argparse
 import json
@@ -30,10 +31,12 @@ def collect(tracking_uri: str, experiment: str = "gatekeeper") -> tuple[list[dic
     ce = None
     for r in runs:
         tags, m = r.data.tags, r.data.metrics
+        if tags.get("dtlab.kind") == "seed":       # the variant's run holds the aggregates over seeds
+            continue
         if tags.get("technique") == "gatekeeper" and "alpha" in r.data.params and "s_d" in m:
             a = float(r.data.params["alpha"])
             per_alpha.setdefault(a, {"alpha": a, "run_id": r.info.run_id, **{k: m.get(k, float("nan")) for k in
-                                     ("s_d", "s_d_se", "small_acc", "small_acc_se", "s_o", "auroc", "s_d_gain", "s_d_gain_se")}})
+                                     ("s_d", "s_d_se", "small_acc", "small_acc_se", "s_o", "auroc")}})
         elif ce is None and tags.get("variant") == "ce_continued" and "s_d" in m:
             ce = {"s_d": m["s_d"], "small_acc": m.get("small_acc", float("nan")), "run_id": r.info.run_id}
     return [per_alpha[a] for a in sorted(per_alpha)], ce

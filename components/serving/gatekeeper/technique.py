@@ -1,12 +1,10 @@
-"""Gatekeeper on the digits cascade (prepared by :mod:`.prepare`): the techniques
+"""Gatekeeper on the digits cascade (prepared per seed by :mod:`.prepare`): the techniques
 ``gatekeeper`` (stage-2 Gatekeeper fine-tuning), ``cascade_baseline`` (untuned, continued CE,
 temperature scaling) and ``gatekeeper_alpha_sweep`` (the alpha trade-off, with a plot).
 
-Every technique runs all prepared seeds and reports the mean over seeds, ``<metric>_se``
-(standard error) and a per-seed table. ``gatekeeper`` also re-runs the continued-CE control on
-the same seeds (same code, same batch order: identical to the ``cascade_baseline`` variant) and
-reports the paired gains ``s_d_gain`` / ``s_o_gain`` with their paired standard errors, which
-the acceptance test needs (mean difference > 2 SE).
+Each call runs one seed: every arm starts from that seed's stage-1 model and uses that seed's
+batch order, so the ``gatekeeper`` and ``ce_continued`` variants of a seed differ only in their
+loss, and the experiment pairs them per seed (``paired(gatekeeper.s_d - ce_continued.s_d)``).
 """
 from dataclasses import dataclass, field
 
@@ -17,59 +15,27 @@ from components.core.errors import require
 from components.core.plotting import fig_png, figure
 from components.core.registry import technique
 from components.core.result import Result
-from components.serving.gatekeeper.cascade import Stage2, mean_curve, mean_se, paired, score, seed_metrics
+from components.serving.gatekeeper.cascade import Stage2, evaluate_arm, score
+from components.serving.gatekeeper.metrics import CascadeReport
 
 
-def prepared_digits(ctx) -> dict:
-    for v in ctx.inputs.values():
-        if isinstance(v, dict) and "seeds" in v and "small_hidden" in v:
-            return v
-    require(False, "prepare", list(ctx.inputs), "a prepare entry with step: gatekeeper_digits")
+def curve_result(m: dict, rep: CascadeReport, info: dict, title: str) -> Result:
+    """The arm's metrics, its deferral curves (real, random, ideal) as series and as a plot."""
+    r = rep.curves["r"].tolist()
+    series = {"acc_vs_deferral": (r, rep.curves["real"].tolist()), "acc_random": (r, rep.curves["random"].tolist()),
+              "acc_ideal": (r, rep.curves["ideal"].tolist())}
+    return Result(metrics=m, series=series, info=info, files={"plots/deferral_curves.png": curve_png(rep, title)})
 
 
-def needs_digits(p, exp: dict) -> None:
-    steps = [s.get("step") for s in (exp.get("prepare") or {}).values() if isinstance(s, dict)]
-    require("gatekeeper_digits" in steps, "experiment.prepare", steps, "a prepare entry with step: gatekeeper_digits")
-
-
-# ------------------------------------------------------------------------------------ runs
-def _run_arm_all_seeds(prep: dict, method: str, s2: Stage2, alpha: float, ctx=None):
-    rows, reps = [], []
-    for i, sp in enumerate(prep["seeds"]):
-        m, rep, _ = seed_metrics(prep, sp, method, s2, alpha)
-        rows.append(m | {"seed": sp["seed"]})
-        reps.append(rep)
-        if ctx is not None:
-            ctx.progress(i + 1, len(prep["seeds"]), s_d=m["s_d"])
-    return rows, reps
-
-
-def _result(rows: list[dict], reps: list, info: dict, extra: dict | None = None, title: str = "") -> Result:
-    metrics = mean_se([{k: v for k, v in r.items() if k != "seed"} for r in rows])
-    metrics["n_seeds"] = float(len(rows))
-    metrics.update(extra or {})
-    r, curves = mean_curve(reps)
-    series = {"acc_vs_deferral": (r, curves["real"]), "acc_random": (r, curves["random"]),
-              "acc_ideal": (r, curves["ideal"])}
-    return Result(metrics=metrics, series=series, tables={"per_seed": rows}, info=info,
-                  files={"plots/deferral_curves.png": curve_png(r, curves, reps, title)})
-
-
-def _nanmean(values) -> float:
-    v = np.asarray(values, float)
-    return float(v[np.isfinite(v)].mean()) if np.isfinite(v).any() else float("nan")
-
-
-def curve_png(r, curves, reps, title: str) -> bytes:
-    """Joint accuracy against deferral ratio (real, random, ideal; mean over seeds)."""
+def curve_png(rep: CascadeReport, title: str) -> bytes:
+    """Joint accuracy against deferral ratio (real, random, ideal)."""
     fig, axes = figure(6, 4)
     ax = axes[0, 0]
     for k, style in (("ideal", "--"), ("real", "-"), ("random", ":")):
-        ax.plot(r, curves[k], style, label=k)
+        ax.plot(rep.curves["r"], rep.curves[k], style, label=k)
     ax.set_xlabel("deferral ratio r")
-    ax.set_ylabel("joint accuracy (mean over seeds)")
-    ax.set_title(f"{title}: s_d={_nanmean([x.s_d for x in reps]):.3f} s_o={_nanmean([x.s_o for x in reps]):.3f} "
-                 f"AUROC={_nanmean([x.auroc for x in reps]):.3f}", fontsize=9)
+    ax.set_ylabel("joint accuracy")
+    ax.set_title(f"{title}: s_d={rep.s_d:.3f} s_o={rep.s_o:.3f} AUROC={rep.auroc:.3f}", fontsize=9)
     ax.legend()
     return fig_png(fig, dpi=90)
 
@@ -77,27 +43,19 @@ def curve_png(r, curves, reps, title: str) -> bytes:
 @dataclass
 class GatekeeperParams(Stage2):
     alpha: float = 0.5
-    paired_control: bool = True       # re-run continued CE on the same seeds for paired gains
 
     def check(self):
         super().check()
         require(0 < self.alpha < 1, "alpha", self.alpha, "a weight in (0, 1)")
 
 
-@technique("gatekeeper", family="serving", params=GatekeeperParams, validate=needs_digits,
+@technique("gatekeeper", family="serving", params=GatekeeperParams, inputs=("digits",),
            summary="Gatekeeper (arXiv 2502.19335): stage-2 fine-tuning of the small model with alpha*CE on correct + "
                    "(1-alpha)*KL(p||U) on incorrect; max-softmax deferral cascade to a large CNN.")
 def run_gatekeeper(p: GatekeeperParams, ctx) -> Result:
     torch.set_num_threads(1)
-    prep = prepared_digits(ctx)
-    rows, reps = _run_arm_all_seeds(prep, "gatekeeper", p, p.alpha, ctx)
-    extra = {}
-    if p.paired_control:
-        ce_rows, _ = _run_arm_all_seeds(prep, "ce_continued", p, p.alpha)
-        for m in ("s_d", "s_o", "auroc", "small_acc", "joint_acc_r20"):
-            if m in rows[0]:
-                extra[f"{m}_gain"], extra[f"{m}_gain_se"] = paired([r[m] for r in rows], [r[m] for r in ce_rows])
-    return _result(rows, reps, {"alpha": p.alpha, "method": "gatekeeper"}, extra, f"gatekeeper a={p.alpha}")
+    m, rep, _ = evaluate_arm(ctx.input("digits"), "gatekeeper", p, p.alpha)
+    return curve_result(m, rep, {"alpha": p.alpha, "method": "gatekeeper"}, f"gatekeeper a={p.alpha}")
 
 
 @dataclass
@@ -110,14 +68,13 @@ class BaselineParams(Stage2):
                 "untuned, ce_continued or temperature")
 
 
-@technique("cascade_baseline", family="serving", params=BaselineParams, validate=needs_digits,
+@technique("cascade_baseline", family="serving", params=BaselineParams, inputs=("digits",),
            summary="Cascade baselines for Gatekeeper: untuned stage-1 model, continued CE for the same extra epochs, "
                    "continued CE + temperature scaling; max-softmax deferral.")
 def run_cascade_baseline(p: BaselineParams, ctx) -> Result:
     torch.set_num_threads(1)
-    prep = prepared_digits(ctx)
-    rows, reps = _run_arm_all_seeds(prep, p.method, p, 0.5, ctx)
-    return _result(rows, reps, {"method": p.method}, title=p.method)
+    m, rep, _ = evaluate_arm(ctx.input("digits"), p.method, p)
+    return curve_result(m, rep, {"method": p.method}, p.method)
 
 
 # ------------------------------------------------------------------------------------ alpha sweep
@@ -138,64 +95,40 @@ def _tag(a: float) -> str:
     return f"a{int(round(100 * a)):02d}"
 
 
-@technique("gatekeeper_alpha_sweep", family="serving", params=SweepParams, validate=needs_digits,
-           summary="Gatekeeper's alpha trade-off: s_d and small-model accuracy per alpha (Spearman trends), the "
-                   "alpha <= 0.5 picked on validation s_d, against continued CE; plotted.")
+@technique("gatekeeper_alpha_sweep", family="serving", params=SweepParams, inputs=("digits",),
+           summary="Gatekeeper's alpha trade-off on one seed: s_d and small-model accuracy per alpha, their Spearman "
+                   "trends over alpha, and the alpha <= select_max_alpha picked on validation s_d; plotted.")
 def run_alpha_sweep(p: SweepParams, ctx) -> Result:
+    """Every alpha fine-tuned from the same stage-1 model with the same batch order. The trends
+    (Spearman over alphas) are within-run figures; gains over continued CE are the experiment's
+    paired claims against the ``ce_continued`` variant."""
     from scipy.stats import spearmanr
 
     torch.set_num_threads(1)
-    prep = prepared_digits(ctx)
-    n = len(prep["seeds"])
-    ce = [seed_metrics(prep, sp, "ce_continued", p)[0] for sp in prep["seeds"]]
-    per_alpha, val_sd = {}, {}
+    prep = ctx.input("digits")
+    rows, val_sd = [], []
     for j, a in enumerate(p.alphas):
-        rows = []
-        for sp in prep["seeds"]:
-            m, _, (pv, pt) = seed_metrics(prep, sp, "gatekeeper", p, a)
-            rows.append(m)
-            val_sd[(a, sp["seed"])] = score(sp, pv, pt, p, split="val").s_d
-        per_alpha[a] = rows
-        ctx.progress(j + 1, len(p.alphas))
-    metrics: dict[str, float] = {}
-    table = []
-    for a, rows in per_alpha.items():
-        ms = mean_se(rows)
-        for k in ("s_d", "s_o", "auroc", "small_acc", "joint_acc_r20"):
-            metrics[f"{k}_{_tag(a)}"] = ms[k]
-            metrics[f"{k}_{_tag(a)}_se"] = ms[f"{k}_se"]
-        table.append({"alpha": a, **{k: ms[k] for k in ("s_d", "s_d_se", "s_o", "auroc", "small_acc", "small_acc_se",
-                                                        "joint_acc_r20")}})
-    means_sd = [np.mean([r["s_d"] for r in per_alpha[a]]) for a in p.alphas]
-    means_acc = [np.mean([r["small_acc"] for r in per_alpha[a]]) for a in p.alphas]
-    metrics["spearman_s_d"] = float(spearmanr(p.alphas, means_sd).statistic)
-    metrics["spearman_small_acc"] = float(spearmanr(p.alphas, means_acc).statistic)
-    ce_ms = mean_se(ce)
-    metrics["ce_s_d"], metrics["ce_small_acc"] = ce_ms["s_d"], ce_ms["small_acc"]
-    # validation-selected alpha <= select_max_alpha, per seed
-    cands = [a for a in p.alphas if a <= p.select_max_alpha]
-    best_rows, best_alphas = [], []
-    for i, sp in enumerate(prep["seeds"]):
-        a = max(cands, key=lambda a: (np.nan_to_num(val_sd[(a, sp["seed"])], nan=-1e9), -a))
-        best_alphas.append(a)
-        best_rows.append(per_alpha[a][i])
-    bm = mean_se(best_rows)
-    metrics["best_s_d"], metrics["best_small_acc"], metrics["best_s_o"] = bm["s_d"], bm["small_acc"], bm["s_o"]
-    metrics["best_joint_acc_r20"] = bm["joint_acc_r20"]
-    metrics["best_alpha_mean"] = float(np.mean(best_alphas))
-    metrics["best_s_d_gain"], metrics["best_s_d_gain_se"] = paired([r["s_d"] for r in best_rows], [r["s_d"] for r in ce])
-    metrics["n_seeds"] = float(n)
-    png = _tradeoff_png(p.alphas, per_alpha, ce)
+        m, _, (pv, pt) = evaluate_arm(prep, "gatekeeper", p, a)
+        rows.append({"alpha": a, **{k: m[k] for k in ("s_d", "s_o", "auroc", "small_acc", "joint_acc_r20")}})
+        val_sd.append(score(prep, pv, pt, p, split="val").s_d)
+        ctx.progress(j + 1, len(p.alphas), s_d=m["s_d"])
+    metrics = {f"{k}_{_tag(r['alpha'])}": r[k] for r in rows for k in r if k != "alpha"}
+    sd, acc = [r["s_d"] for r in rows], [r["small_acc"] for r in rows]
+    metrics["spearman_s_d"] = float(spearmanr(p.alphas, sd).statistic)
+    metrics["spearman_small_acc"] = float(spearmanr(p.alphas, acc).statistic)
+    cands = [j for j, a in enumerate(p.alphas) if a <= p.select_max_alpha]
+    best = max(cands, key=lambda j: (np.nan_to_num(val_sd[j], nan=-1e9), -p.alphas[j]))
+    metrics.update({f"best_{k}": rows[best][k] for k in ("s_d", "s_o", "small_acc", "joint_acc_r20")})
+    metrics["best_alpha"] = float(p.alphas[best])
     return Result(metrics=metrics,
-                  series={"s_d_vs_alpha": (list(p.alphas), means_sd), "small_acc_vs_alpha": (list(p.alphas), means_acc)},
-                  tables={"per_alpha": table, "selected_alpha": [{"seed": sp["seed"], "alpha": a}
-                                                                 for sp, a in zip(prep["seeds"], best_alphas)]},
-                  info={"alphas": list(p.alphas), "selected": best_alphas},
-                  files={"plots/alpha_tradeoff.png": png})
+                  series={"s_d_vs_alpha": (list(p.alphas), sd), "small_acc_vs_alpha": (list(p.alphas), acc)},
+                  tables={"per_alpha": [r | {"val_s_d": v} for r, v in zip(rows, val_sd)]},
+                  info={"alphas": list(p.alphas), "selected": p.alphas[best]},
+                  files={"plots/alpha_tradeoff.png": tradeoff_figure(p.alphas, sd, None, acc, None)})
 
 
 def tradeoff_figure(alphas, sd, sd_se, acc, acc_se, ce_sd=None, ce_acc=None, title="Gatekeeper alpha trade-off"):
-    """s_d and small-model accuracy against alpha (error bars: standard errors over seeds)."""
+    """s_d and small-model accuracy against alpha (error bars: standard errors over seeds, if given)."""
     fig, axes = figure(6.5, 4)
     ax = axes[0, 0]
     ax.errorbar(alphas, sd, yerr=sd_se, marker="o", color="C0", capsize=3, label="s_d (Gatekeeper)")
@@ -213,10 +146,3 @@ def tradeoff_figure(alphas, sd, sd_se, acc, acc_se, ce_sd=None, ce_acc=None, tit
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
     ax.set_title(title)
     return fig_png(fig, dpi=100)
-
-
-def _tradeoff_png(alphas, per_alpha, ce) -> bytes:
-    ms = [mean_se(per_alpha[a]) for a in alphas]
-    ce_ms = mean_se(ce)
-    return tradeoff_figure(alphas, [m["s_d"] for m in ms], [m["s_d_se"] for m in ms], [m["small_acc"] for m in ms],
-                           [m["small_acc_se"] for m in ms], ce_ms["s_d"], ce_ms["small_acc"])

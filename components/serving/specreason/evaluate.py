@@ -17,11 +17,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from components.core.errors import ConfigError, require
+from components.core.errors import require
 from components.core.result import Result
 from components.data import reasoning as R
 from components.serving.cost import Usage
-from components.serving.reasoning_lms import lm_costs, load_lm
+from components.serving.lms import lm_costs, lms_params, load_lm
 from components.serving.specreason.loop import Trace
 from components.serving.specreason.session import LMSession
 
@@ -33,32 +33,20 @@ class EvalParams:
     """Keys shared by every variant of the specreason experiment."""
 
     n_problems: int = 500
-    seeds: int = 1                 # repeats over sampling seeds (S samples at temperature > 0)
     max_tokens: int = 128          # output token budget per problem
     flops_per_s: float = 1e9       # simulated accelerator: a decoded token costs 2 * params FLOPs
     prefill_ratio: float = 0.1     # a prefilled token costs this share of a decoded one
 
     def check_eval(self):
         require(self.n_problems >= 1, "n_problems", self.n_problems, "a positive number of problems")
-        require(1 <= self.seeds <= 10, "seeds", self.seeds, "an integer in [1, 10]")
         require(self.max_tokens >= 1, "max_tokens", self.max_tokens, "a positive token budget")
         require(self.flops_per_s > 0, "flops_per_s", self.flops_per_s, "a positive FLOP rate")
         require(0 <= self.prefill_ratio <= 1, "prefill_ratio", self.prefill_ratio, "a ratio in [0, 1]")
 
 
-def find_lms(ctx) -> dict:
-    for v in ctx.inputs.values():
-        if isinstance(v, dict) and "small" in v and "base" in v and "heldout_seed" in v:
-            return v
-    raise ConfigError("prepare", list(ctx.inputs), "a prepare entry with step: reasoning_lms")
-
-
 def validate_prepare(p, exp: dict) -> None:
-    """Technique ``validate`` hook: the experiment must prepare the reasoning LMs."""
-    steps = [s.get("step") for s in (exp.get("prepare") or {}).values() if isinstance(s, dict)]
-    require("reasoning_lms" in steps, "experiment.prepare", steps, "a prepare entry with step: reasoning_lms")
-    n_heldout = next((s.get("params", {}) or {}).get("n_heldout", 2000) for s in exp["prepare"].values()
-                     if isinstance(s, dict) and s.get("step") == "reasoning_lms")
+    """Technique ``validate`` hook: problems only from the prepared LMs' held-out set."""
+    n_heldout = lms_params(exp).n_heldout
     require(p.n_problems <= n_heldout, "n_problems", p.n_problems,
             f"at most the prepared n_heldout={n_heldout} (held-out problems excluded from training)")
 
@@ -72,13 +60,14 @@ def _auroc(scores: list[float], labels: list[bool]) -> float:
 
 
 def run_eval(p: EvalParams, ctx, solve: Solve, reference: bool = False) -> Result:
-    """Solve every problem (x seeds), return the variant's metrics, a few traces and judge data.
+    """Solve every problem once on this call's seed; return the variant's metrics, a few traces
+    and judge data. Sampling draws per problem from ``ctx.seed`` (a greedy variant ignores it).
 
     ``reference``: also decode each problem greedily with the base model alone (off the clock)
     and report ``matches_base``, the share of outputs identical to it.
     """
     torch.set_num_threads(1)
-    lms = find_lms(ctx)
+    lms = ctx.input("lms")
     small, base = load_lm(lms, "small"), load_lm(lms, "base")
     costs = lm_costs(lms, p.flops_per_s, p.prefill_ratio)
     problems = R.held_out_problems(p.n_problems, lms["level"], lms["heldout_seed"])
@@ -87,35 +76,34 @@ def run_eval(p: EvalParams, ctx, solve: Solve, reference: bool = False) -> Resul
     scores, labels, accepted = [], [], []
     sd_drafted = sd_accepted = 0
     rows = []
-    n_runs = p.seeds * len(problems)
-    for s in range(p.seeds):
-        for i, prob in enumerate(problems):
-            usage = Usage()
-            sm, bs = LMSession(small, "small", usage), LMSession(base, "base", usage)
-            prompt = R.encode(prob.text)
-            t0 = time.perf_counter()
-            trace = solve(sm, bs, prompt, prob, ctx.seed * 1_000_003 + s * 10_007 + i)
-            usage.wall_s = time.perf_counter() - t0
-            ok = R.final_answer(trace.steps) == prob.answer
-            correct.append(ok)
-            sims.append(usage.sim_latency_s(costs))
-            walls.append(usage.wall_s)
-            out_tokens.append(len(R.encode(trace.text)))
-            total.merge(usage)
-            for rec in trace.judged:
-                scores.append(rec.score)
-                labels.append(bool(rec.correct))
-                accepted.append(rec.accepted)
-            sd_drafted += trace.sd.drafted
-            sd_accepted += trace.sd.accepted
-            if reference:
-                ref = base.generate(prompt, min(p.max_tokens, base.cfg.context - len(prompt)), stop={R.STOP_ID})
-                same.append(R.decode(ref) == trace.text)
-            if s == 0 and i < 8:
-                rows.append({"problem": prob.text, "answer": prob.answer, "output": trace.text, "correct": ok,
-                             "sources": "".join(x[0] for x in trace.sources), "stop": trace.stop_reason,
-                             "sim_latency_ms": 1e3 * sims[-1]})
-            ctx.progress(s * len(problems) + i + 1, n_runs, acc=float(np.mean(correct)))
+    n_runs = len(problems)
+    for i, prob in enumerate(problems):
+        usage = Usage()
+        sm, bs = LMSession(small, "small", usage), LMSession(base, "base", usage)
+        prompt = R.encode(prob.text)
+        t0 = time.perf_counter()
+        trace = solve(sm, bs, prompt, prob, ctx.seed * 10_007 + i)
+        usage.wall_s = time.perf_counter() - t0
+        ok = R.final_answer(trace.steps) == prob.answer
+        correct.append(ok)
+        sims.append(usage.sim_latency_s(costs))
+        walls.append(usage.wall_s)
+        out_tokens.append(len(R.encode(trace.text)))
+        total.merge(usage)
+        for rec in trace.judged:
+            scores.append(rec.score)
+            labels.append(bool(rec.correct))
+            accepted.append(rec.accepted)
+        sd_drafted += trace.sd.drafted
+        sd_accepted += trace.sd.accepted
+        if reference:
+            ref = base.generate(prompt, min(p.max_tokens, base.cfg.context - len(prompt)), stop={R.STOP_ID})
+            same.append(R.decode(ref) == trace.text)
+        if i < 8:
+            rows.append({"problem": prob.text, "answer": prob.answer, "output": trace.text, "correct": ok,
+                         "sources": "".join(x[0] for x in trace.sources), "stop": trace.stop_reason,
+                         "sim_latency_ms": 1e3 * sims[-1]})
+        ctx.progress(i + 1, n_runs, acc=float(np.mean(correct)))
 
     m = {"accuracy": float(np.mean(correct)), "sim_latency_s": float(np.mean(sims)),
          "wall_s": float(np.mean(walls)), "wall_per_problem_s": float(np.mean(walls)), "output_tokens": float(np.mean(out_tokens)), "n_runs": float(n_runs),

@@ -50,7 +50,8 @@ class SpecReasonParams(EvalParams):
                                 self.small_temperature, self.max_step_tokens, self.max_tokens)
 
 
-@technique("specreason", family="serving", params=SpecReasonParams, validate=validate_prepare,
+@technique("specreason", family="serving", params=SpecReasonParams,
+           inputs=("lms",), validate=validate_prepare,
            summary="SpecReason: the small LM proposes each reasoning step, the base LM scores it with one decode "
                    "and regenerates it below a threshold (optionally with speculative decoding); arXiv 2504.07891.")
 def run_specreason(p: SpecReasonParams, ctx) -> Result:
@@ -73,7 +74,8 @@ class SpeculativeParams(EvalParams):
         require(self.draft_temperature >= 0, "draft_temperature", self.draft_temperature, "a temperature >= 0")
 
 
-@technique("speculative_decoding", family="serving", params=SpeculativeParams, validate=validate_prepare,
+@technique("speculative_decoding", family="serving", params=SpeculativeParams,
+           inputs=("lms",), validate=validate_prepare,
            summary="Token-level speculative decoding: the small LM drafts gamma tokens, the base LM verifies them "
                    "in one pass; output identical to the base model's greedy decoding.")
 def run_speculative(p: SpeculativeParams, ctx) -> Result:
@@ -95,7 +97,8 @@ class LMOnlyParams(EvalParams):
         require(self.temperature >= 0, "temperature", self.temperature, "a temperature >= 0")
 
 
-@technique("reasoning_lm_only", family="serving", params=LMOnlyParams, validate=validate_prepare,
+@technique("reasoning_lm_only", family="serving", params=LMOnlyParams,
+           inputs=("lms",), validate=validate_prepare,
            summary="One reasoning LM alone (vanilla inference): the base model (B-only) or the small one (S-only).")
 def run_lm_only(p: LMOnlyParams, ctx) -> Result:
     def solve(small, base, prompt, problem, seed) -> Trace:
