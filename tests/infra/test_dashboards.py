@@ -1,7 +1,7 @@
 """Static checks of dashboards/: every metric (and label) a panel queries is one the code exports.
 
 Exported metrics are read from the code itself, not from a list kept by hand:
-- dtlab's: the Gauge/Counter/Histogram calls in pipelines/dag.py's ``_Board`` (Ray adds ``ray_``),
+- dtlab's: the Gauge/Counter/Histogram calls in pipelines/stages/execute.py's ``Board`` (Ray adds ``ray_``),
   with their tag keys;
 - Ray's system metrics: the gauges of Ray's reporter agent (METRICS_GAUGES in the installed
   ray/dashboard/modules/reporter/reporter_agent.py, tag keys from ray.dashboard.consts), plus the
@@ -31,9 +31,9 @@ def _eval_tags(node: ast.AST, names: dict) -> tuple:
 
 @lru_cache
 def dtlab_metrics() -> dict[str, set[str]]:
-    """{prometheus name: tag keys} of the metrics _Board in pipelines/dag.py creates."""
-    tree = ast.parse((ROOT / "pipelines" / "dag.py").read_text())
-    board = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Board")
+    """{prometheus name: tag keys} of the metrics Board in pipelines/stages/execute.py creates."""
+    tree = ast.parse((ROOT / "pipelines" / "stages" / "execute.py").read_text())
+    board = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Board")
     out, names = {}, {}
     for node in ast.walk(board):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -46,7 +46,7 @@ def dtlab_metrics() -> dict[str, set[str]]:
                 and isinstance(node.args[0], ast.Constant):
             tags = _eval_tags(node.args[2], names) if len(node.args) > 2 else ()
             out["ray_" + node.args[0].value] = set(tags)
-    assert out, "found no metrics in _Board"
+    assert out, "found no metrics in Board"
     return out
 
 
