@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-export RAY_AUTH_MODE ?= disabled
+# Ray CLIs and the tests authenticate with the token (~/.ray/auth_token); dtlab follows cluster.auth_mode
+export RAY_AUTH_MODE ?= token
 export PYTHONUNBUFFERED := 1
 
 .PHONY: install services demo test bench ui ray-up ray-down clean
@@ -28,8 +29,8 @@ demo: install
 	$(VENV)/bin/dtlab run experiment=error_feedback
 	@echo
 	@echo "MLflow UI:      $(VENV)/bin/dtlab ui        (http://127.0.0.1:5000)"
-	@echo "Ray dashboard:  make ray-up, then RAY_ADDRESS=127.0.0.1:6379 $(VENV)/bin/dtlab run experiment=error_feedback cluster=remote"
-	@echo "                and open http://127.0.0.1:8265 (the embedded session's dashboard lives only while a run does)"
+	@echo "Warm Ray:       make ray-up (dtlab up): runs attach to it, dashboard http://127.0.0.1:8265 between runs"
+	@echo "                (its token: $(VENV)/bin/ray get-auth-token); make ray-down stops it"
 	@echo "Compare runs:   $(VENV)/bin/dtlab compare"
 
 test: install
@@ -42,11 +43,13 @@ bench: install
 ui: install
 	$(VENV)/bin/dtlab ui
 
+# a long-lived local Ray head (dashboard 127.0.0.1:8265, metrics 127.0.0.1:8080, token auth) that
+# `dtlab run` attaches to by itself; ray-down stops only that head, never other Ray sessions
 ray-up: install
-	$(VENV)/bin/ray start --head --node-ip-address=127.0.0.1 --dashboard-host=127.0.0.1 --port=6379 --include-dashboard=true
+	$(VENV)/bin/dtlab up
 
 ray-down:
-	-$(VENV)/bin/ray stop
+	$(VENV)/bin/dtlab down
 
 clean:
 	rm -rf runs .pytest_cache

@@ -7,6 +7,8 @@
     dtlab list [KIND]                              experiments and every registered kind, with files
     dtlab compare [EXPERIMENT ...]                 latest runs side by side (+ HTML report)
     dtlab ui                                       MLflow UI on 127.0.0.1
+    dtlab up [cluster.KEY=VALUE ...]               a warm local Ray head (dashboard 127.0.0.1:8265) runs attach to
+    dtlab down                                     stop it
     dtlab serve specreason [--port N] [overrides]  a technique as a standing HTTP service (Ray Serve)
 
 Bad configuration is reported in one line (key, value, what is allowed) with exit code 2,
@@ -218,7 +220,10 @@ def cmd_serve(args: list[str]) -> None:
         ray.shutdown()
 
 
-COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve}
+from pipelines.cluster import cmd_down, cmd_up  # noqa: E402 - `dtlab up` / `dtlab down` (a warm local Ray head)
+
+COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve,
+            "up": cmd_up, "down": cmd_down}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -195,7 +195,7 @@ def cmd_up(args: list[str]) -> None:
               + ("" if state.get("pid") else "; it was not started by `dtlab up`, stop it with `ray stop`"))
         return
     print(f"dtlab up: Ray head at {state['address']} ({state['startup_s']:.1f} s), auth {state['auth_mode']}\n"
-          f"  dashboard {state['dashboard_url']}   metrics {state['metrics']}   log {state['log']}\n"
+          f"  dashboard {state['dashboard_url']}   metrics (Prometheus target) {state['metrics']}   log {state['log']}\n"
           "  `dtlab run ...` attaches to it; `dtlab down` stops it."
           + ("\n  The dashboard asks for the token: `ray get-auth-token` prints it; "
              "for `ray job submit` and other Ray CLIs: export RAY_AUTH_MODE=token."

@@ -74,6 +74,9 @@ def validate(cfg: dict) -> ExperimentSpec:
             cfg["tracking"].get("uri"), "a tracking URI (or set MLFLOW_TRACKING_URI)")
     if not isinstance(cfg.get("debug", False), bool):
         raise ConfigError("debug", cfg.get("debug"), "true or false")
+    from components.core.raytools import check_cluster
+
+    check_cluster(cfg["cluster"])
     return build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=_parse_only(cfg.get("only")),
                       overridden=overridden_keys(cfg.get("_overrides")))
 
@@ -168,6 +171,8 @@ def _run(cfg: dict, console, reinstall_signals) -> RunOutcome:
             raise
         exp_id, parent_id = opening.result()
     reinstall_signals()
+    if console is not None and ray_info.get("summary"):
+        console.print(f"[dim]{ray_info['summary']}[/dim]")
     if ray_info.get("dashboard_url"):
         tracker.set_tags(parent_id, {"ray.dashboard": ray_info["dashboard_url"]})
     open_runs = {parent_id}

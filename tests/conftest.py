@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_AUTH_MODE", "token")  # the suite runs with Ray's token auth, as dtlab does
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
 
 
@@ -34,8 +34,11 @@ def tracking_uri(runs_dir):
 def ray_session():
     import ray
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    from components.core.raytools import init_ray
+
+    if not ray.is_initialized():  # embedded, the way dtlab starts it (token file 0600), never a running head
+        init_ray({"attach": False, "num_cpus": 2, "include_dashboard": False, "logging_level": "ERROR",
+                  "log_to_driver": False, "auth_mode": os.environ["RAY_AUTH_MODE"]})
     yield ray
 
 

@@ -1,31 +1,155 @@
-"""Ray helpers: start embedded Ray or join a cluster, from the `cluster` config group."""
+"""Ray helpers: authentication, a running local head, embedded Ray or a cluster, from `cluster`.
+
+Safe by default: Ray's token authentication is on unless ``cluster.auth_mode: disabled`` (Ray
+2.60 binds its GCS, raylets and agents to the machine's routable address whatever the node IP
+says, so the token is the control that works). The token is one file, ``~/.ray/auth_token`` (or
+``RAY_AUTH_TOKEN_PATH``), created once here with mode 0600 before Ray would write it 0644; the
+driver, its workers, Ray Train and Serve, and ``ray`` CLI calls with ``RAY_AUTH_MODE=token`` all
+read it.
+"""
 from __future__ import annotations
 
+import logging
 import os
+import secrets
+import socket
 import time
+from pathlib import Path
 from typing import Any
+
+from components.core.errors import ConfigError
+
+AUTH_MODES = ("token", "disabled")
+log = logging.getLogger("dtlab.ray")
+_warned: set[str] = set()
+
+
+def token_path() -> Path | None:
+    """Where Ray reads the token: ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``; None when the
+    token is in ``RAY_AUTH_TOKEN`` itself."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return None
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
+
+
+def ensure_token() -> Path | None:
+    """The token file, created once (mode 0600, 256 random bits) or tightened to 0600 if looser."""
+    path = token_path()
+    if path is None:
+        return None
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o600)
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path
+
+
+def ensure_auth(mode: str | None = "token", create_token: bool = True) -> str:
+    """Set ``RAY_AUTH_MODE`` for this process and its children from ``cluster.auth_mode``.
+
+    ``token`` (also for ``None``): the token file exists (``create_token``: made here, 0600).
+    ``disabled``: a warning that names the risk. The config wins over an inherited
+    ``RAY_AUTH_MODE``, which is reported when it differed. Returns the mode.
+    """
+    mode = "token" if mode in (None, "") else str(mode)
+    if mode not in AUTH_MODES:
+        raise ConfigError("cluster.auth_mode", mode, " or ".join(AUTH_MODES))
+    env = os.environ.get("RAY_AUTH_MODE")
+    if env and env != mode and f"env:{env}" not in _warned:
+        _warned.add(f"env:{env}")
+        log.warning("RAY_AUTH_MODE=%s from the environment is overridden by cluster.auth_mode=%s", env, mode)
+    os.environ["RAY_AUTH_MODE"] = mode
+    if mode == "token":
+        if create_token:
+            ensure_token()
+    elif "disabled" not in _warned:
+        _warned.add("disabled")
+        log.warning("Ray token authentication is OFF (cluster.auth_mode=disabled): Ray's GCS, raylets and "
+                    "agents listen on this machine's network address, so anyone who can reach it can "
+                    "submit jobs and run code as you. Use it only on a machine nobody else can reach.")
+    try:  # Ray read RAY_AUTH_MODE when it was imported: make it read the new value and token
+        import sys
+
+        if "ray._raylet" in sys.modules and not sys.modules["ray"].is_initialized():  # never under a live session
+            from ray._raylet import AuthenticationTokenLoader, Config
+
+            Config.initialize("")
+            AuthenticationTokenLoader.instance().reset_cache()
+    except Exception:  # noqa: BLE001 - older Ray without these: the environment is what counts
+        pass
+    return mode
+
+
+def check_cluster(cluster: dict[str, Any]) -> None:
+    """The ``cluster`` options init_ray reads, checked before anything starts (ConfigError)."""
+    mode = cluster.get("auth_mode")
+    if mode not in (None, "", *AUTH_MODES):
+        raise ConfigError("cluster.auth_mode", mode, " or ".join(AUTH_MODES))
+    if not isinstance(cluster.get("attach", True), bool):
+        raise ConfigError("cluster.attach", cluster.get("attach"), "true or false")
+    n = cluster.get("num_cpus")
+    if n is not None and not (isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0):
+        raise ConfigError("cluster.num_cpus", n, "null (every core) or a positive number")
+
+
+def ray_temp_dir() -> Path:
+    """Ray's temp dir as ``ray start`` uses it (``RAY_TMPDIR``, else ``TMPDIR``, else /tmp, + ray)."""
+    base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return Path(base) / "ray"
+
+
+def local_head(temp_dir: Path | None = None, timeout_s: float = 0.25) -> str | None:
+    """The GCS address of a running local head (``dtlab up``, ``ray start --head``), or None.
+
+    Cheap: reads the address file ``ray start`` writes (``<temp dir>/ray_current_cluster``) and
+    connects to that port once; a file left by a killed head is ignored.
+    """
+    f = (temp_dir or ray_temp_dir()) / "ray_current_cluster"
+    try:
+        address = f.read_text().strip()
+        host, port = address.rsplit(":", 1)
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return None
+    return address
 
 
 def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
-    """Start embedded Ray (``address: null``) or connect to ``address``; reuse a running session.
+    """Connect to the cluster ``cluster`` names, or start embedded Ray; reuse a running session.
 
-    Returns facts for the report: address, dashboard URL, CPUs, and seconds spent starting.
+    Where to: ``cluster.address``, else ``RAY_ADDRESS``, else a running local head (when
+    ``cluster.attach``, the default), else a new embedded session sized by ``cluster``. Sizing
+    options are given only to a session started here (Ray refuses them when connecting).
+    Returns facts for the report: ``mode`` (embedded / attached / connected), ``address``,
+    ``dashboard_url``, ``num_cpus``, ``nodes``, ``auth_mode``, ``ray_init_s`` and a one-line
+    ``summary`` to print.
     """
     import ray
 
+    check_cluster(cluster)
     t0 = time.perf_counter()
+    mode, address = "reused", None
     if not ray.is_initialized():
-        if cluster.get("auth_mode"):
-            os.environ.setdefault("RAY_AUTH_MODE", str(cluster["auth_mode"]))
-        kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": bool(cluster.get("log_to_driver", True)),
+        explicit = cluster.get("address") or os.environ.get("RAY_ADDRESS") or None
+        head = None if explicit or not cluster.get("attach", True) else local_head()
+        address = explicit or head
+        auth = ensure_auth(cluster.get("auth_mode"), create_token=address is None)
+        kwargs: dict[str, Any] = {"log_to_driver": bool(cluster.get("log_to_driver", True)),
                                   "logging_level": cluster.get("logging_level", "WARNING")}
-        address = cluster.get("address")
         if address:
+            mode = "attached" if head else "connected"
             kwargs["address"] = address
         else:
+            mode = "embedded"
+            kwargs["address"] = "local"  # a new session even if Ray could find another one
             kwargs["num_cpus"] = cluster.get("num_cpus") or os.cpu_count()
             kwargs["include_dashboard"] = bool(cluster.get("include_dashboard", True))
-            kwargs["dashboard_host"] = cluster.get("dashboard_host", "127.0.0.1")
+            kwargs["dashboard_host"] = cluster.get("dashboard_host") or "127.0.0.1"
             if cluster.get("dashboard_port"):
                 kwargs["dashboard_port"] = int(cluster["dashboard_port"])
             if cluster.get("metrics_export_port"):
@@ -33,17 +157,28 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
             if cluster.get("object_store_memory"):
                 kwargs["object_store_memory"] = int(cluster["object_store_memory"])
         ctx = ray.init(**kwargs)
-        dashboard = getattr(ctx, "dashboard_url", None)
+        dashboard = ctx.dashboard_url
+        address = ctx.address_info.get("gcs_address") or address
     else:
+        auth = os.environ.get("RAY_AUTH_MODE", "disabled")
         dashboard = None
         try:
-            dashboard = ray.get_runtime_context().gcs_address and ray.worker.get_dashboard_url()  # type: ignore[attr-defined]
-        except Exception:
+            from ray._private.worker import get_dashboard_url
+
+            dashboard = get_dashboard_url()
+        except Exception:  # noqa: BLE001 - the URL is a nicety
             pass
+    if dashboard and not str(dashboard).startswith("http"):
+        dashboard = f"http://{dashboard}"
     res = ray.cluster_resources()
-    return {"dashboard_url": f"http://{dashboard}" if dashboard and not str(dashboard).startswith("http") else dashboard,
+    info = {"mode": mode, "address": address, "dashboard_url": dashboard or None, "auth_mode": auth,
             "num_cpus": res.get("CPU", 0.0), "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
             "ray_init_s": time.perf_counter() - t0}
+    where = {"embedded": "embedded session", "attached": f"local head {address}",
+             "connected": f"cluster {address}", "reused": "this process's session"}[mode]
+    info["summary"] = (f"Ray: {where}, {info['num_cpus']:g} CPUs, auth {auth}"
+                       + (f"; dashboard {dashboard}" if dashboard else "") + f" ({info['ray_init_s']:.1f} s)")
+    return info
 
 
 class NodeActor:

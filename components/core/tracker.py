@@ -2,19 +2,35 @@
 
 Every write goes through an explicit ``MlflowClient`` (no global active run), so the DAG can hold a
 parent and many children open at once. ``MLFLOW_TRACKING_URI`` wins over the configured URI.
+
+Writes are off the caller's critical path: ``start_run`` (which must return the run id) and the
+reads run at once; every other call is queued for one background writer thread, which runs them
+in order and merges consecutive metrics, params and tags of a run into as few ``log_batch`` calls
+as MLflow allows. ``end`` is queued after the run's writes, so a run never ends before its last
+metric lands; ending the last open run, ``flush()``, ``close()`` and interpreter exit wait until
+the queue is written. A write that fails is not lost silently: it is logged, and its run ends
+FAILED with the error in the ``error`` tag.
 """
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import math
 import os
+import queue
 import re
+import threading
 import time
+import weakref
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-_MAX_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+_MAX_BATCH = 1000  # MLflow's limit on metrics (and on all entities) per log_batch call
+_MAX_PARAMS_TAGS = 100  # MLflow's limit on params, and on tags, per log_batch call
 _MAX_PARAM = 6000  # MLflow's limit on a param value's length
+
+log = logging.getLogger(__name__)
 
 
 def resolve_tracking_uri(configured: str | None) -> str:
@@ -56,8 +72,26 @@ def _local_artifact_root(uri: str) -> str | None:
     return None
 
 
+class _Batch:
+    """Metrics, params and tags queued for one run, written together."""
+
+    __slots__ = ("metrics", "params", "tags")
+
+    def __init__(self):
+        self.metrics: list = []
+        self.params: dict[str, Any] = {}
+        self.tags: dict[str, Any] = {}
+
+
 class Tracker:
-    def __init__(self, uri: str):
+    """MLflow runs through one client; writes queued for a background writer (see the module doc).
+
+    ``background=False`` writes every call before returning (the old behaviour; for debugging).
+    ``writer_s`` adds up the seconds the writer spent in MLflow, ``wait_s`` the seconds callers
+    spent waiting for it (flushes).
+    """
+
+    def __init__(self, uri: str, background: bool = True):
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -66,7 +100,17 @@ class Tracker:
             Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         mlflow.set_tracking_uri(uri)
         self.client = MlflowClient(tracking_uri=uri)
+        self.background = background
+        self.writer_s = 0.0
+        self.wait_s = 0.0
+        self.errors: dict[str, str] = {}  # run id -> the first write that failed for it
+        self._open: set[str] = set()
+        self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        _LIVE.add(self)
 
+    # ------------------------------------------------------------------ immediate (reads, run ids)
     def check_reachable(self, timeout_s: float = 3.0) -> None:
         """Fail fast with one clear error when the tracking store cannot be reached.
 
@@ -108,27 +152,25 @@ class Tracker:
 
     def start_run(self, experiment_id: str, name: str, tags: Mapping[str, str] | None = None,
                   parent_id: str | None = None) -> str:
+        """Create the run now (its id is needed at once); its other writes are queued."""
         tags = dict(tags or {})
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
         run = self.client.create_run(experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()})
+        with self._lock:
+            self._open.add(run.info.run_id)
         return run.info.run_id
 
+    # ------------------------------------------------------------------ queued writes
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
-        from mlflow.entities import Param
-
-        flat = flatten(params)
-        items = [Param(safe_key(k), v) for k, v in flat.items()]
-        for i in range(0, len(items), 100):
-            self.client.log_batch(run_id, params=items[i:i + 100])
+        self._put(run_id, "params", {safe_key(k): v for k, v in flatten(params).items()})
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(safe_key(k), float(v), ts, step) for k, v in metrics.items() if v is not None]
-        for i in range(0, len(items), _MAX_BATCH):
-            self.client.log_batch(run_id, metrics=items[i:i + _MAX_BATCH])
+        self._put(run_id, "metrics", [Metric(safe_key(k), float(v), ts, step)
+                                      for k, v in metrics.items() if v is not None])
 
     def log_series(self, run_id: str, name: str, steps: Iterable[float], values: Iterable[float],
                    max_points: int | None = None) -> None:
@@ -145,22 +187,170 @@ class Tracker:
             idx = sorted({round(i * (len(pairs) - 1) / (max_points - 1)) for i in range(max_points)})
             pairs = [pairs[i] for i in idx]
         ts = int(time.time() * 1000)
-        items = [Metric(name, v, ts, s) for s, v in pairs]
-        for i in range(0, len(items), _MAX_BATCH):
-            self.client.log_batch(run_id, metrics=items[i:i + _MAX_BATCH])
+        self._put(run_id, "metrics", [Metric(name, v, ts, s) for s, v in pairs])
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
-        from mlflow.entities import RunTag
-
-        self.client.log_batch(run_id, tags=[RunTag(safe_key(k), str(v)[:5000]) for k, v in tags.items()])
+        self._put(run_id, "tags", {safe_key(k): str(v)[:5000] for k, v in tags.items()})
 
     def log_text(self, run_id: str, text: str, path: str) -> None:
-        self.client.log_text(run_id, text, path)
+        self._put(run_id, "call", (self.client.log_text, (run_id, text, path)))
 
     def log_json(self, run_id: str, obj: Any, path: str) -> None:
-        self.client.log_text(run_id, json.dumps(obj, indent=2, default=str), path)
+        # serialised now: the caller may change ``obj`` after this returns
+        self.log_text(run_id, json.dumps(obj, indent=2, default=str), path)
 
     def log_bytes(self, run_id: str, data: bytes, path: str) -> None:
+        self._put(run_id, "call", (self._write_bytes, (run_id, bytes(data), path)))
+
+    def log_figure(self, run_id: str, fig: Any, path: str) -> None:
+        """Rendered here, in the caller's thread (matplotlib's text layout is not thread-safe);
+        the file is written by the writer. Draw figures inside :meth:`submit` to move the
+        drawing itself off the caller's path too."""
+        import io
+
+        buf = io.BytesIO()
+        fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png")
+        self.log_bytes(run_id, buf.getvalue(), path)
+
+    def submit(self, fn: Callable, *args, **kwargs) -> None:
+        """Run ``fn(*args, **kwargs)`` on the writer, in order with the queued writes (e.g. drawing
+        a run's plots); tracker calls made inside it are written at once, in order. Matplotlib is
+        not thread-safe: draw either only in submitted functions or only in the caller's thread."""
+        self._put(None, "call", (fn, args, kwargs))
+
+    def end(self, run_id: str, status: str = "FINISHED", error: str | None = None) -> None:
+        """End the run after every write queued for it. Ending the last open run waits for the
+        queue (nothing is left unwritten when the caller returns or crashes on)."""
+        with self._lock:
+            self._open.discard(run_id)
+            last = not self._open
+        self._put(run_id, "end", (status, error))
+        if last:
+            self.flush()
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until everything queued so far is written; False if ``timeout_s`` ran out."""
+        if self._thread is None or threading.current_thread() is self._thread:
+            return True
+        t0 = time.perf_counter()
+        try:
+            if timeout_s is None:
+                self._queue.join()
+                return True
+            while self._queue.unfinished_tasks:
+                if time.perf_counter() - t0 > timeout_s:
+                    return False
+                time.sleep(0.01)
+            return True
+        finally:
+            self.wait_s += time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Flush and stop the writer thread (a later write starts a new one)."""
+        self.flush()
+        with self._lock:
+            t, self._thread = self._thread, None
+            if t is not None:
+                self._queue.put(None)
+        if t is not None:
+            t.join(timeout=30)
+
+    # ------------------------------------------------------------------ the writer
+    def _put(self, run_id: str | None, kind: str, payload: Any) -> None:
+        if not self.background or (self._thread is not None and threading.current_thread() is self._thread):
+            self._apply([(run_id, kind, payload)])
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="dtlab-tracker", daemon=True)
+                self._thread.start()
+        self._queue.put((run_id, kind, payload))
+
+    def _drain(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                self._queue.task_done()
+                return
+            items = [first]
+            while len(items) < 10_000:  # everything queued meanwhile, merged into fewer calls
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)  # handled on the next round, after these
+                    self._queue.task_done()
+                    break
+                items.append(nxt)
+            try:
+                self._apply(items)
+            finally:
+                for _ in items:
+                    self._queue.task_done()
+
+    def _apply(self, items: list) -> None:
+        """Run queued items in order; consecutive metrics/params/tags become one batch per run."""
+        t0 = time.perf_counter()
+        batches: dict[str, _Batch] = {}
+        try:
+            for run_id, kind, payload in items:
+                if kind in ("metrics", "params", "tags"):
+                    b = batches.setdefault(run_id, _Batch())
+                    if kind == "metrics":
+                        b.metrics.extend(payload)
+                    else:
+                        getattr(b, kind).update(payload)
+                    continue
+                self._write_batches(batches)  # what came before is written before a call or an end
+                batches = {}
+                if kind == "end":
+                    self._end_now(run_id, *payload)
+                else:
+                    fn, args, *kw = payload
+                    self._guard(run_id, fn, *args, **(kw[0] if kw else {}))
+            self._write_batches(batches)
+        finally:
+            self.writer_s += time.perf_counter() - t0
+
+    def _write_batches(self, batches: dict[str, _Batch]) -> None:
+        from mlflow.entities import Param, RunTag
+
+        for run_id, b in batches.items():
+            params = [Param(k, v) for k, v in b.params.items()]
+            tags = [RunTag(k, v) for k, v in b.tags.items()]
+            metrics = b.metrics
+            while params or tags or metrics:
+                p, params = params[:_MAX_PARAMS_TAGS], params[_MAX_PARAMS_TAGS:]
+                t, tags = tags[:_MAX_PARAMS_TAGS], tags[_MAX_PARAMS_TAGS:]
+                n = _MAX_BATCH - len(p) - len(t)
+                m, metrics = metrics[:n], metrics[n:]
+                self._guard(run_id, self.client.log_batch, run_id, metrics=m, params=p, tags=t)
+
+    def _guard(self, run_id: str | None, fn: Callable, *args, **kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - recorded on the run, which then ends FAILED
+            if not self.background:
+                raise
+            msg = f"tracking write failed: {type(e).__name__}: {e}"[:2000]
+            log.warning("%s (run %s)", msg.splitlines()[0], run_id)
+            if run_id is not None:
+                self.errors.setdefault(run_id, msg)
+
+    def _end_now(self, run_id: str, status: str, error: str | None) -> None:
+        lost = self.errors.get(run_id)
+        if lost and status == "FINISHED":
+            status = "FAILED"
+        error = "\n".join(e for e in (error, lost) if e)
+        if error:
+            self._guard(run_id, self.client.set_tag, run_id, "error", error[:5000])
+        try:
+            self.client.set_terminated(run_id, status=status)
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not end MLflow run %s: %s", run_id, e)
+
+    def _write_bytes(self, run_id: str, data: bytes, path: str) -> None:
         import tempfile
 
         with tempfile.TemporaryDirectory() as d:
@@ -169,10 +359,15 @@ class Tracker:
             parent = str(Path(path).parent)
             self.client.log_artifact(run_id, str(p), None if parent == "." else parent)
 
-    def log_figure(self, run_id: str, fig: Any, path: str) -> None:
-        self.client.log_figure(run_id, fig, path)
 
-    def end(self, run_id: str, status: str = "FINISHED", error: str | None = None) -> None:
-        if error:
-            self.set_tags(run_id, {"error": error[:5000]})
-        self.client.set_terminated(run_id, status=status)
+_LIVE: "weakref.WeakSet[Tracker]" = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all() -> None:
+    """Nothing queued is lost when the interpreter exits (the writer is a daemon thread)."""
+    for t in list(_LIVE):
+        try:
+            t.flush(timeout_s=60)
+        except Exception:  # noqa: BLE001
+            pass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from components.core.context import RunContext
-from components.core.registry import discover, get_technique
+from components.core.registry import get_technique
 from components.core.result import Result
 from components.core.seeds import aggregate_results
 from pipelines.experiment import ExperimentSpec, VariantSpec
@@ -22,11 +22,17 @@ from pipelines.outcome import PARENT_TAG, SeedOutcome, VariantOutcome, error_tex
 from pipelines.stages.logging import log_result, to_yaml
 
 
-def run_variant_seed(tech_name: str, params: Any, ctx_fields: dict, board, names: list[str], *inputs) -> tuple:
-    """The Ray task: one technique call for one seed. Returns (Result, start, end, where)."""
+def run_variant_seed(tech_name: str, module: str, params: Any, ctx_fields: dict, board, names: list[str],
+                     *inputs) -> tuple:
+    """The Ray task: one technique call for one seed. Returns (Result, start, end, where).
+
+    Only the technique's own module is imported (not all of components/: seconds per worker);
+    other kinds load on demand through the registry."""
+    import importlib
+
     import ray
 
-    discover()
+    importlib.import_module(module)
     tech = get_technique(tech_name)
     key = f"{ctx_fields['variant']}#{ctx_fields['seed']}"
 
@@ -152,7 +158,9 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
                "workdir": runs_dir / "work" / parent_id / v.name / str(seed)}
         names = list(v.inputs)
         refs = [inputs[(v.inputs[n], seed if spec.entry(v.inputs[n]).seeded else None)] for n in names]
-        ref = task.options(name=f"{spec.name}:{v.name}@{seed}").remote(v.technique, v.params, ctx, board, names, *refs)
+        module = get_technique(v.technique).fn.__module__
+        ref = task.options(name=f"{spec.name}:{v.name}@{seed}").remote(v.technique, module, v.params, ctx, board,
+                                                                          names, *refs)
         pending[ref] = (v, seed)
         so.status, so.started = "RUNNING", time.time()
 

@@ -58,11 +58,12 @@ def pg_bin() -> str:
 
 
 def dtlab_env(**extra: str) -> dict[str, str]:
-    """Environment for a dtlab subprocess: its own Ray, no inherited tracking/cluster overrides."""
+    """Environment for a dtlab subprocess: no inherited tracking/cluster overrides; Ray clients
+    (``ray job submit``, the state API) authenticate with the token, as dtlab's clusters require."""
     env = os.environ.copy()
     for k in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "DTLAB_MLFLOW_SERVER", "DTLAB_RUNS_DIR"):
         env.pop(k, None)
-    env["RAY_AUTH_MODE"] = "disabled"
+    env["RAY_AUTH_MODE"] = "token"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env

@@ -154,3 +154,22 @@ def test_schema_checks_reject_bad_manifests(bad, message):
     with pytest.raises(AssertionError, match=message):
         _check_header(doc, "RayCluster", "raycluster")
         _check_cluster_spec(doc["spec"], "raycluster.spec")
+
+
+def test_every_cluster_definition_authenticates_and_keeps_the_dashboard_on_loopback():
+    """Token auth in the KubeRay specs, the `ray up` commands and the two-node script; the dashboard
+    on 127.0.0.1 wherever it is reached through a tunnel (ssh, port-forward)."""
+    from ray.autoscaler._private.util import prepare_config
+
+    cluster = _load(KUBERAY / "raycluster.yaml")["spec"]
+    job = _load(KUBERAY / "rayjob.yaml")["spec"]["rayClusterSpec"]
+    for where, spec in (("raycluster", cluster), ("rayjob", job)):
+        assert spec.get("authOptions", {}).get("mode") == "token", f"{where}: authOptions.mode must be token"
+    assert cluster["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    cfg = prepare_config(_load(ROOT / "infra" / "ray" / "cluster.yaml"))
+    starts = [c for c in cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"] if "ray start" in c]
+    assert starts and all("RAY_AUTH_MODE=token" in c for c in starts), starts
+    assert all("0.0.0.0" not in c for c in starts) and "--dashboard-host=127.0.0.1" in " ".join(starts)
+    assert any(dst.endswith("/.ray/auth_token") for dst in cfg["file_mounts"]), "the token goes to every node"
+    script = (ROOT / "infra" / "multinode.sh").read_text()
+    assert "AUTH=token" in script and 'RAY_AUTH_MODE="$AUTH"' in script and "RAY_AUTH_MODE=disabled" not in script

@@ -31,11 +31,11 @@ def test_job_spreads_variants_over_two_nodes(service_dir):
         run_logged([str(BIN / "ray"), "job", "submit", "--address", dashboard, "--submission-id", sub_id, "--",
                     "dtlab", "run", "experiment=platform_probe", "debug=true", "cluster=remote",
                     f"runs_dir={runs_dir}"], service_dir / "job.log", env=dtlab_env(), timeout=600)
-        # where each variant ran, from Ray's state API (task name = "<experiment>:<variant>")
+        # where each variant ran, from Ray's state API (task name = "<experiment>:<variant>@<seed>")
         variants = set(yaml.safe_load((ROOT / "conf/experiment/platform_probe.yaml").read_text())["variants"])
         tasks = [t for t in list_tasks(address=dashboard, detail=True, limit=10000)
                  if t.name.startswith("platform_probe:") and t.state == "FINISHED"]
-        ran_on = {t.name.split(":", 1)[1]: t.node_id for t in tasks}
+        ran_on = {t.name.split(":", 1)[1].rsplit("@", 1)[0]: t.node_id for t in tasks}
         assert set(ran_on) == variants
         assert set(ran_on.values()) == nodes, f"variants ran on {set(ran_on.values())}, cluster nodes {nodes}"
         # results in MLflow (the job wrote the SQLite store under runs_dir)

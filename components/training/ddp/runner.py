@@ -17,7 +17,7 @@ class DataParallelFailed(RuntimeError):
 def fit(train_fn, config: dict, workers: int, worker_cpus: float, storage: Path, name: str,
         timeout_s: int = 120) -> dict:
     """Run ``train_fn(config)`` on ``workers`` gloo workers; returns rank 0's result.json."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_AUTH_MODE", "token")  # standalone use: Ray Train's own ray.init authenticates too
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 

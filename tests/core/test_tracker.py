@@ -1,0 +1,110 @@
+"""The MLflow tracker writes off the caller's path, in order, merged into few calls, and loses nothing."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from components.core.tracker import Tracker
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('tracker')}/mlflow.db"
+    t = Tracker(uri)
+    return t, t.experiment_id("tracker-test")
+
+
+def _hold_writer(t: Tracker) -> threading.Event:
+    """Park the writer thread until the returned event is set (everything after it queues up)."""
+    go, parked = threading.Event(), threading.Event()
+    t.submit(lambda: (parked.set(), go.wait(30)))
+    assert parked.wait(30)
+    return go
+
+
+def test_writes_return_before_they_land_and_land_in_few_batches(store):
+    t, exp = store
+    parent = t.start_run(exp, "parent")
+    child = t.start_run(exp, "child", parent_id=parent)
+    calls = []
+    real = t.client.log_batch
+    t.client.log_batch = lambda *a, **k: (calls.append(a[0]), real(*a, **k))[1]
+    try:
+        go = _hold_writer(t)
+        for step in range(200):
+            t.log_metrics(child, {"loss": 1.0 / (step + 1)}, step=step)
+        t.log_params(child, {"opt": {"lr": 0.1}})
+        t.set_tags(child, {"variant": "a"})
+        assert t.client.get_run(child).data.metrics == {}, "a queued write is not on the caller's path"
+        t.end(child)
+        go.set()
+        t.end(parent)  # the last open run: returns once everything is written
+    finally:
+        t.client.log_batch = real
+    run = t.client.get_run(child)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["loss"] == pytest.approx(1.0 / 200), "the final live value is written"
+    assert len(t.client.get_metric_history(child, "loss")) == 200
+    assert run.data.params == {"opt.lr": "0.1"} and run.data.tags["variant"] == "a"
+    assert calls.count(child) == 1, f"200 metric calls + params + tags in one log_batch, got {len(calls)}"
+    assert t.client.get_run(parent).info.status == "FINISHED"
+
+
+def test_failed_end_flushes_the_runs_writes_first(store):
+    t, exp = store
+    rid = t.start_run(exp, "crashes")
+    go = _hold_writer(t)
+    t.log_metrics(rid, {"step_done": 3.0})
+    threading.Timer(0.5, go.set).start()
+    t.end(rid, "FAILED", error="RuntimeError: boom")  # the last open run: waits for the writer
+    run = t.client.get_run(rid)
+    assert run.info.status == "FAILED" and "boom" in run.data.tags["error"]
+    assert run.data.metrics["step_done"] == 3.0
+
+
+def test_a_write_that_fails_ends_its_run_failed_with_the_reason(store):
+    t, exp = store
+    rid = t.start_run(exp, "bad-write")
+    t.log_params(rid, {"lr": 0.1})
+    t.flush()
+    t.log_params(rid, {"lr": 0.2})  # MLflow refuses to change a logged param
+    t.end(rid, "FINISHED")
+    run = t.client.get_run(rid)
+    assert run.info.status == "FAILED"
+    assert "tracking write failed" in run.data.tags["error"] and "lr" in run.data.tags["error"]
+
+
+def test_figure_closed_right_after_logging_lands(store, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t, exp = store
+    rid = t.start_run(exp, "figure")
+    go = _hold_writer(t)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1, 2], [3, 1, 2])
+    t.log_figure(rid, fig, "plots/curve.png")
+    plt.close(fig)
+    go.set()
+    t.end(rid)
+    path = t.client.download_artifacts(rid, "plots/curve.png", str(tmp_path))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_queued_writes_survive_interpreter_exit(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = (
+        "import sys; from components.core.tracker import Tracker\n"
+        "t = Tracker(sys.argv[1]); rid = t.start_run(t.experiment_id('exit'), 'r')\n"
+        "t.log_metrics(rid, {'last': 7.0}); t.log_text(rid, 'hi', 'note.txt'); print(rid)\n")
+    rid = subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True, check=True,
+                         timeout=120).stdout.strip()
+    c = Tracker(uri, background=False).client
+    assert c.get_run(rid).data.metrics["last"] == 7.0
+    assert [a.path for a in c.list_artifacts(rid)] == ["note.txt"]
