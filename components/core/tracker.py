@@ -92,13 +92,13 @@ class Tracker:
     """
 
     def __init__(self, uri: str, background: bool = True):
-        import mlflow
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
         if uri.startswith("sqlite:///"):
             Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        mlflow.set_tracking_uri(uri)
+        # no mlflow.set_tracking_uri: it rewrites MLFLOW_TRACKING_URI for the whole process, so a
+        # second Tracker (a test, a benchmark's temp store) would redirect every later run
         self.client = MlflowClient(tracking_uri=uri)
         self.background = background
         self.writer_s = 0.0
