@@ -217,7 +217,7 @@ def _run(cfg: dict, console, reinstall_signals) -> RunOutcome:
         reason = error_text(e)
         if status == "KILLED":
             reason = f"stopped by {_received[-1] if _received else 'Ctrl-C (SIGINT)'}\n{reason}"
-        for rid in list(open_runs):
+        for rid in dict.fromkeys([*open_runs, *tracker.open_ids()]):  # every run created, even mid-dispatch
             try:
                 tracker.end(rid, status, error=reason)
             except Exception:

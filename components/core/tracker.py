@@ -14,12 +14,14 @@ FAILED with the error in the ``error`` tag.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import math
 import os
 import queue
 import re
+import signal
 import threading
 import time
 import weakref
@@ -156,10 +158,16 @@ class Tracker:
         tags = dict(tags or {})
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
-        run = self.client.create_run(experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()})
-        with self._lock:
-            self._open.add(run.info.run_id)
+        with _signals_held():  # a run created is a run registered open: a signal cannot orphan it
+            run = self.client.create_run(experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()})
+            with self._lock:
+                self._open.add(run.info.run_id)
         return run.info.run_id
+
+    def open_ids(self) -> list[str]:
+        """Runs started here and not yet ended (what an interrupted run must end)."""
+        with self._lock:
+            return list(self._open)
 
     # ------------------------------------------------------------------ queued writes
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
@@ -221,10 +229,11 @@ class Tracker:
     def end(self, run_id: str, status: str = "FINISHED", error: str | None = None) -> None:
         """End the run after every write queued for it. Ending the last open run waits for the
         queue (nothing is left unwritten when the caller returns or crashes on)."""
-        with self._lock:
-            self._open.discard(run_id)
-            last = not self._open
-        self._put(run_id, "end", (status, error))
+        with _signals_held():  # off the open list means queued to end
+            with self._lock:
+                self._open.discard(run_id)
+                last = not self._open
+            self._put(run_id, "end", (status, error))
         if last:
             self.flush()
 
@@ -358,6 +367,23 @@ class Tracker:
             p.write_bytes(data)
             parent = str(Path(path).parent)
             self.client.log_artifact(run_id, str(p), None if parent == "." else parent)
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold Ctrl-C, SIGTERM and SIGHUP back for the block (main thread only; they are delivered
+    right after it), so a handler that raises cannot land between two steps that must go together."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 _LIVE: "weakref.WeakSet[Tracker]" = weakref.WeakSet()

@@ -108,3 +108,30 @@ def test_queued_writes_survive_interpreter_exit(tmp_path):
     c = Tracker(uri, background=False).client
     assert c.get_run(rid).data.metrics["last"] == 7.0
     assert [a.path for a in c.list_artifacts(rid)] == ["note.txt"]
+
+
+def test_signal_is_held_while_a_run_is_created_and_registered():
+    # Prepare: SIGTERM raises, as in a driver
+    import os
+    import signal
+
+    from components.core.tracker import _signals_held
+
+    class Stop(Exception):
+        pass
+
+    def raise_stop(*_):
+        raise Stop
+
+    old = signal.signal(signal.SIGTERM, raise_stop)
+    reached_end_of_block = False
+    try:
+        # Execute: the signal lands inside the held block
+        with pytest.raises(Stop):
+            with _signals_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                reached_end_of_block = True
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    # Assert: the block finished before the handler ran
+    assert reached_end_of_block
