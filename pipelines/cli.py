@@ -9,6 +9,9 @@
     dtlab ui                                       MLflow UI on 127.0.0.1
     dtlab up [cluster.KEY=VALUE ...]               a warm local Ray head (dashboard 127.0.0.1:8265) runs attach to
     dtlab down                                     stop it
+    dtlab gc                                       end FAILED the runs whose driver is gone
+    dtlab scoreboard                               every experiment's claims, paper beside measured
+    dtlab robustness experiment=NAME               re-check its claims off the tuned configuration
     dtlab serve specreason [--port N] [overrides]  a technique as a standing HTTP service (Ray Serve)
 
 Bad configuration is reported in one line (key, value, what is allowed) with exit code 2,
@@ -19,54 +22,9 @@ from __future__ import annotations
 import os
 import sys
 
+from pipelines.preflight import _die, preflight, split_args  # noqa: F401 - one validation pass
+
 USAGE = __doc__
-
-
-def _die(msg: str, code: int = 2) -> None:
-    print(f"dtlab: error: {msg}", file=sys.stderr)
-    raise SystemExit(code)
-
-
-def preflight(overrides: list[str], multirun: bool) -> dict:
-    """Compose and validate every job the command would run. Returns the first job's config."""
-    from components.core.errors import ConfigError
-    from pipelines import config, dag
-
-    jobs = config.expand_sweep(overrides) if multirun else [overrides]
-    first = None
-    try:
-        for job in jobs:
-            cfg = config.compose(job)
-            dag.validate(cfg)
-            first = first or cfg
-    except ConfigError as e:
-        _die(str(e))
-    if first:
-        from components.core.tracker import Tracker, resolve_tracking_uri
-
-        try:
-            Tracker(resolve_tracking_uri(first["tracking"]["uri"])).check_reachable()
-        except ConnectionError as e:
-            _die(str(e), code=1)
-    return first or {}
-
-
-_VALUE_FLAGS = {"-c", "--cfg", "-p", "--package", "-cn", "--config-name", "-cp", "--config-path", "-cd",
-                "--config-dir", "--experimental-rerun", "--info"}
-
-
-def split_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """Separate Hydra's flags (with their values) from config overrides."""
-    flags, overrides, i = [], [], 0
-    while i < len(args):
-        a = args[i]
-        if a in _VALUE_FLAGS and i + 1 < len(args) and "=" not in args[i + 1]:
-            flags += [a, args[i + 1]]
-            i += 2
-            continue
-        (flags if a.startswith("-") else overrides).append(a)
-        i += 1
-    return flags, overrides
 
 
 def cmd_run(args: list[str]) -> None:
@@ -220,10 +178,38 @@ def cmd_serve(args: list[str]) -> None:
         ray.shutdown()
 
 
+def cmd_gc(args: list[str]) -> None:
+    """End FAILED every run left RUNNING by a driver that is gone (SIGKILL, out of memory)."""
+    if any(a in ("-h", "--help") for a in args):
+        print("usage: dtlab gc [tracking=...]\n  mark runs whose driver process is gone FAILED (\"driver gone\")")
+        return
+    from mlflow.tracking import MlflowClient
+
+    from components.core.provenance import mark_stale
+
+    uri, _, _ = _tracking_uri(args)
+    ended = mark_stale(MlflowClient(tracking_uri=uri))
+    print(f"{len(ended)} run(s) left RUNNING by a driver that is gone: marked FAILED" if ended
+          else "no stale runs")
+
+
+def _lazy(target: str):
+    """A subcommand whose module is imported only when it runs."""
+    def run(args: list[str]) -> None:
+        import importlib
+
+        module, fn = target.split(":")
+        getattr(importlib.import_module(module), fn)(args)
+
+    return run
+
+
 from pipelines.cluster import cmd_down, cmd_up  # noqa: E402 - `dtlab up` / `dtlab down` (a warm local Ray head)
 
 COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve,
-            "up": cmd_up, "down": cmd_down}
+            "up": cmd_up, "down": cmd_down, "gc": cmd_gc,
+            "scoreboard": _lazy("pipelines.scoreboard:cmd_scoreboard"),
+            "robustness": _lazy("pipelines.robustness:cmd_robustness")}
 
 
 def main(argv: list[str] | None = None) -> None:

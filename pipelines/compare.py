@@ -51,6 +51,11 @@ def compare(uri: str, names: list[str] | None, out_dir: str, console: Console | 
 
     console = console or Console()
     client = MlflowClient(tracking_uri=uri)
+    from components.core.provenance import mark_stale
+
+    stale = mark_stale(client)
+    if stale:
+        console.print(f"[yellow]{len(stale)} run(s) left RUNNING by a driver that is gone: marked FAILED[/]")
     try:
         parents = latest_parents(client, names or None)
     except ValueError as e:

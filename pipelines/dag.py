@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -32,6 +33,8 @@ from pipelines.stages.execute import execute
 from pipelines.stages.logging import to_yaml
 from pipelines.stages.prepare import prepare, prepare_local  # noqa: F401 - prepare_local is public
 from pipelines.stages.report import report
+
+log = logging.getLogger("dtlab")
 
 
 class _TimedTracker:
@@ -84,12 +87,20 @@ def validate(cfg: dict) -> ExperimentSpec:
 # ----------------------------------------------------------------------------------------- entry
 def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str]:
     """Create the experiment's parent run with its tags, params and config; (experiment id, run id)."""
+    from components.core.provenance import mark_stale, reproducibility_tags
+
     exp_id = tracker.experiment_id(spec.name)
+    try:
+        stale = mark_stale(tracker.client, [exp_id])
+        if stale:
+            log.warning("%d run(s) of %s left RUNNING by a driver that is gone: marked FAILED", len(stale), spec.name)
+    except Exception as e:  # noqa: BLE001 - housekeeping never stops a run
+        log.warning("stale-run check failed: %s", e)
     run_name = f"{spec.name}{'-debug' if cfg.get('debug') else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
     parent_id = tracker.start_run(exp_id, run_name, tags={
         PARENT_TAG: "parent", "experiment": spec.name, "family": spec.family, "debug": str(bool(cfg.get("debug"))),
         "host": socket.gethostname(), "hydra.job": str(cfg.get("_job", "")),
-        "report.baseline": spec.report.get("baseline") or "",
+        "report.baseline": spec.report.get("baseline") or "", **reproducibility_tags(cfg.get("_overrides")),
         **({"mlflow.parentRunId": cfg["sweep_run_id"], "dtlab.sweep_run_id": cfg["sweep_run_id"],
             "optuna.trial": str(cfg.get("sweep_trial"))} if cfg.get("sweep_run_id") else {})})
     try:

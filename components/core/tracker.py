@@ -155,7 +155,9 @@ class Tracker:
     def start_run(self, experiment_id: str, name: str, tags: Mapping[str, str] | None = None,
                   parent_id: str | None = None) -> str:
         """Create the run now (its id is needed at once); its other writes are queued."""
-        tags = dict(tags or {})
+        from components.core.provenance import DRIVER_TAG, driver_id
+
+        tags = {DRIVER_TAG: driver_id(), **(tags or {})}
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
         with _signals_held():  # a run created is a run registered open: a signal cannot orphan it
