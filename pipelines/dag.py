@@ -85,6 +85,10 @@ def validate(cfg: dict) -> ExperimentSpec:
 
 
 # ----------------------------------------------------------------------------------------- entry
+def _tag_value(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
 def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str]:
     """Create the experiment's parent run with its tags, params and config; (experiment id, run id)."""
     from components.core.provenance import mark_stale, reproducibility_tags
@@ -100,7 +104,8 @@ def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str
     parent_id = tracker.start_run(exp_id, run_name, tags={
         PARENT_TAG: "parent", "experiment": spec.name, "family": spec.family, "debug": str(bool(cfg.get("debug"))),
         "host": socket.gethostname(), "hydra.job": str(cfg.get("_job", "")),
-        "report.baseline": spec.report.get("baseline") or "", **reproducibility_tags(cfg.get("_overrides")),
+        "report.baseline": _tag_value(spec.report.get("baseline") or ""), **reproducibility_tags(cfg.get("_overrides")),
+        **({"robustness": str(cfg["robustness"])} if cfg.get("robustness") else {}),
         **({"mlflow.parentRunId": cfg["sweep_run_id"], "dtlab.sweep_run_id": cfg["sweep_run_id"],
             "optuna.trial": str(cfg.get("sweep_trial"))} if cfg.get("sweep_run_id") else {})})
     try:

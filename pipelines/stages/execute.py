@@ -144,16 +144,9 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
         o.status, o.started = "RUNNING", time.time()
 
     def dispatch(v: VariantSpec, seed: int) -> None:
+        """Submit the task first (it starts computing), then create its MLflow runs."""
         o = outcomes[v.name]
-        if not o.run_id:
-            open_variant(v)
         so = o.seeds[seed]
-        if len(v.seeds) > 1:
-            so.run_id = tracker.start_run(exp_id, f"{v.name}@{seed}", parent_id=o.run_id,
-                                          tags={**_variant_tags(spec, v), PARENT_TAG: "seed", "seed": str(seed)})
-            open_runs.add(so.run_id)
-        else:
-            so.run_id = o.run_id
         ctx = {"experiment": spec.name, "variant": v.name, "seed": seed, "nodes": nodes,
                "workdir": runs_dir / "work" / parent_id / v.name / str(seed)}
         names = list(v.inputs)
@@ -163,6 +156,14 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
                                                                           names, *refs)
         pending[ref] = (v, seed)
         so.status, so.started = "RUNNING", time.time()
+        if not o.run_id:
+            open_variant(v)
+        if len(v.seeds) > 1:
+            so.run_id = tracker.start_run(exp_id, f"{v.name}@{seed}", parent_id=o.run_id,
+                                          tags={**_variant_tags(spec, v), PARENT_TAG: "seed", "seed": str(seed)})
+            open_runs.add(so.run_id)
+        else:
+            so.run_id = o.run_id
 
     def seed_done(v: VariantSpec, so: SeedOutcome) -> None:
         if so.run_id != outcomes[v.name].run_id:
@@ -203,6 +204,7 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
             while queue and len(pending) < limit:
                 dispatch(*queue.pop(0))
             done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            finished = []
             for ref in done:
                 v, seed = pending.pop(ref)
                 so = outcomes[v.name].seeds[seed]
@@ -211,6 +213,10 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
                     so.status = "FINISHED"
                 except (RayError, Exception) as e:  # a crash inside the variant
                     so.ended, so.status, so.error = time.time(), "FAILED", error_text(e)
+                finished.append((v, so))
+            while queue and len(pending) < limit:  # the freed slots compute while the driver logs
+                dispatch(*queue.pop(0))
+            for v, so in finished:
                 try:
                     seed_done(v, so)
                 except Exception as e:  # noqa: BLE001 - logging the seed failed: the seed fails
