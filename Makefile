@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE ?= token
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install services demo test bench ui ray-up ray-down clean
+.PHONY: install services demo test bench reliability ui ray-up ray-down clean
 
 install: $(STAMP)
 
@@ -27,11 +27,12 @@ services:
 
 demo: install
 	$(VENV)/bin/dtlab run experiment=error_feedback
+	$(VENV)/bin/dtlab scoreboard
 	@echo
 	@echo "MLflow UI:      $(VENV)/bin/dtlab ui        (http://127.0.0.1:5000)"
 	@echo "Warm Ray:       make ray-up (dtlab up): runs attach to it, dashboard http://127.0.0.1:8265 between runs"
 	@echo "                (its token: $(VENV)/bin/ray get-auth-token); make ray-down stops it"
-	@echo "Compare runs:   $(VENV)/bin/dtlab compare"
+	@echo "Compare runs:   $(VENV)/bin/dtlab compare    (every claim: dtlab scoreboard; off-tune: dtlab robustness experiment=NAME)"
 
 test: install
 	$(PY) -m pytest -q -m "not slow" --timeout=900 tests
@@ -39,6 +40,12 @@ test: install
 bench: install
 	$(PY) -m pytest -q -m slow --timeout=3600 tests
 	for f in benchmarks/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	$(MAKE) reliability
+
+# generated bad inputs and HTTP bodies, fault drills (kills, signals, SIGKILL, concurrent runs),
+# serving bad-body and load tests: one table of figures (benchmarks/reliability_report.py)
+reliability: install
+	$(PY) benchmarks/reliability_report.py
 
 ui: install
 	$(VENV)/bin/dtlab ui

@@ -4,7 +4,8 @@
     dtlab run experiment=error_feedback debug=true the tiny flavour
     dtlab run experiment=error_feedback experiment.seeds=[10,11,12]   the claims on other seeds
     dtlab run -m experiment=error_feedback experiment.seeds=[0],[1]   a Hydra multirun
-    dtlab list [KIND]                              experiments and every registered kind, with files
+    dtlab list [KIND | EXPERIMENT]                 experiments and every registered kind, with files;
+                                                   one experiment's variants, claims, prepare steps, axes
     dtlab compare [EXPERIMENT ...]                 latest runs side by side (+ HTML report)
     dtlab ui                                       MLflow UI on 127.0.0.1
     dtlab up [cluster.KEY=VALUE ...]               a warm local Ray head (dashboard 127.0.0.1:8265) runs attach to
@@ -13,6 +14,9 @@
     dtlab scoreboard                               every experiment's claims, paper beside measured
     dtlab robustness experiment=NAME               re-check its claims off the tuned configuration
     dtlab serve specreason [--port N] [overrides]  a technique as a standing HTTP service (Ray Serve)
+    dtlab completion bash|zsh                      shell completion: eval "$(dtlab completion bash)"
+
+`dtlab COMMAND --help` explains each command; `dtlab run --help` lists the config groups.
 
 Bad configuration is reported in one line (key, value, what is allowed) with exit code 2,
 before Ray starts.
@@ -29,36 +33,90 @@ USAGE = __doc__
 
 def cmd_run(args: list[str]) -> None:
     if any(a in ("-h", "--help") for a in args):
-        print(USAGE)
+        print(run_help())
         return
     hydra_flags, overrides = split_args(args)
     multirun = any(a in ("-m", "--multirun") for a in hydra_flags)
-    preflight(overrides, multirun)
+    set_verbose(preflight(overrides, multirun))
     from pipelines import hydra_app
 
     sys.argv = ["dtlab"] + hydra_flags + overrides
     hydra_app.main()
 
 
+def set_verbose(cfg: dict) -> None:
+    """``verbose`` (true or false, checked before Ray starts) as ``DTLAB_VERBOSE``, which
+    components.core.raytools.log_level reads: Ray and Serve log INFO only when it is true."""
+    from components.core.errors import ConfigError
+
+    v = cfg.get("verbose", False)
+    if not isinstance(v, bool):
+        _die(str(ConfigError("verbose", v, "true or false")))
+    os.environ["DTLAB_VERBOSE"] = "1" if v else "0"
+
+
+def group_options() -> dict[str, list[str]]:
+    """Each config group (conf/GROUP/) and its options: what ``GROUP=OPTION`` may say."""
+    from pipelines.config import GROUPS, _group_options
+
+    return {g: _group_options(g) for g in GROUPS}
+
+
+# root keys of conf/config.yaml worth a line in `dtlab run --help` (the rest is internal plumbing)
+_ROOT_KEYS = {"debug": "true: the experiment's tiny debug flavour (tests, CI); claims are expected to fail",
+              "only": "a subset of variants, e.g. only=ef21,cgd",
+              "runs_dir": "caches, the MLflow DB, artifacts and Hydra logs (default: runs/)",
+              "objective": "what a sweep optimises (default: claims held)",
+              "verbose": "true: Ray's and Ray Serve's INFO logs too (default: WARNING and above)"}
+
+
+def run_help() -> str:
+    """``dtlab run --help``: usage, config groups with their options, root keys, Hydra flags."""
+    lines = ["usage: dtlab run [-m] [GROUP=OPTION ...] [KEY=VALUE ...]", "",
+             "Runs one experiment through the DAG (prepare -> execute -> evaluate -> report); -m: a Hydra multirun.", "",
+             "config groups (conf/GROUP/OPTION.yaml; `dtlab list EXPERIMENT` shows one experiment):"]
+    for g, opts in group_options().items():
+        lines.append(f"  {g}=  " + " | ".join(opts) + ("  (or null)" if g == "hparams_search" else ""))
+    lines += ["", "keys:"] + [f"  {k}=  {v}" for k, v in _ROOT_KEYS.items()]
+    lines += ["  experiment.KEY=VALUE, cluster.KEY=VALUE, tracking.KEY=VALUE  any key below a group", "",
+              "hydra flags: -m/--multirun, --cfg job (print the composed config), --info, --hydra-help", "",
+              "examples:",
+              "  dtlab run experiment=error_feedback debug=true",
+              "  dtlab run experiment=gatekeeper experiment.seeds=[0,1,2] tracking=server",
+              "  dtlab run -m experiment=error_feedback hparams_search=error_feedback_optuna"]
+    return "\n".join(lines)
+
+
 def cmd_list(args: list[str]) -> None:
     """Experiments, then every registered kind (techniques, prepare steps, strategies, blocks,
-    policies, codecs, services) with the file that defines each; ``dtlab list KIND`` one kind."""
+    policies, codecs, services) with the file that defines each; ``dtlab list KIND`` one kind,
+    ``dtlab list EXPERIMENT`` one experiment in full."""
     from omegaconf import OmegaConf
     from rich.console import Console
     from rich.table import Table
 
     from components.core.registry import KINDS, entries
-    from pipelines.config import CONF_DIR, ROOT
+    from pipelines.config import CONF_DIR, ROOT, experiment_names
 
     wanted = args[0] if args else None
+    if wanted is not None and wanted in experiment_names() and wanted not in KINDS:
+        return list_experiment(wanted, Console())
     if wanted is not None and wanted not in KINDS and wanted != "experiment":
-        _die(f"list KIND={wanted!r}: one of experiment, " + ", ".join(KINDS))
+        _die(f"list KIND={wanted!r}: one of experiment, " + ", ".join(KINDS) + ", or an experiment: "
+             + ", ".join(experiment_names()))
     console = Console()
     if wanted in (None, "experiment"):
-        t = Table(title="experiments (dtlab run experiment=NAME)")
+        t = Table(title="experiments (dtlab run experiment=NAME; dtlab list NAME for one)")
         for c in ("experiment", "family", "summary", "variants", "config"):
             t.add_column(c, overflow="fold")
+        from components.core.errors import ConfigError
+        from pipelines.config import check_yaml
+
         for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+            try:
+                check_yaml(path, "experiment", path.stem)
+            except ConfigError as e:
+                _die(str(e))
             exp = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
             variants = exp.get("variants") or {}
             t.add_row(path.stem, str(exp.get("family", "")), str(exp.get("summary", "")), ", ".join(variants),
@@ -77,6 +135,56 @@ def cmd_list(args: list[str]) -> None:
         for name, e in sorted(table.items(), key=lambda kv: (kv[1].meta.get("family", ""), kv[0])):
             row = (name, e.meta.get("family", ""), e.summary, e.file) if kind == "technique" else (name, e.summary, e.file)
             t.add_row(*row)
+        console.print(t)
+
+
+def list_experiment(name: str, console) -> None:
+    """``dtlab list NAME``: the experiment's variants (technique, role, seeds), claims (holds,
+    gated or control), prepare steps and axes, as the run will see them."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from components.core.errors import ConfigError
+    from pipelines import config
+    from pipelines.experiment import build_spec
+
+    try:
+        spec = build_spec(config.compose([f"experiment={name}"])["experiment"])
+    except ConfigError as e:
+        _die(str(e))
+    console.print(f"[bold]{spec.name}[/] ({spec.family}): {escape(spec.summary)}\n"
+                  f"config {_rel(config.CONF_DIR / 'experiment' / (name + '.yaml'), config.ROOT)} · seeds {spec.seeds}"
+                  f" · run: dtlab run experiment={name} [debug=true]")
+    t = Table(title=f"{name}: variants")
+    for c in ("variant", "technique", "role", "seeds", "inputs"):
+        t.add_column(c, overflow="fold")
+    for v in spec.variants:
+        t.add_row(v.name, v.technique, v.role, ",".join(map(str, v.seeds)),
+                  ", ".join(f"{k}<-{e}" for k, e in v.inputs.items()))
+    console.print(t)
+    if spec.claims:
+        t = Table(title=f"{name}: claims", show_lines=True)
+        for c in ("claim", "gated", "holds if", "paper"):
+            t.add_column(c, overflow="fold")
+        for c in spec.claims:
+            holds = c.holds + (f" (over {', '.join(c.over)}" + (f", at least {c.at_least}" if c.at_least else "") + ")"
+                               if c.over else "")
+            holds += f"\npremise: {c.premise}" if getattr(c, "premise", "") else ""
+            t.add_row(c.name, "gated" if c.gate else "control (not gated)", escape(holds), escape(c.paper))
+        console.print(t)
+    if spec.prepare:
+        t = Table(title=f"{name}: prepare steps (cached under runs/cache)")
+        for c in ("entry", "step", "inputs", "seeded"):
+            t.add_column(c, overflow="fold")
+        for p in spec.prepare:
+            t.add_row(p.name, p.step, ", ".join(f"{k}<-{e}" for k, e in p.inputs.items()), "yes" if p.seeded else "no")
+        console.print(t)
+    if spec.axes:
+        t = Table(title=f"{name}: axes")
+        t.add_column("axis")
+        t.add_column("values", overflow="fold")
+        for a, vals in spec.axes.items():
+            t.add_row(a, ", ".join(map(str, vals)))
         console.print(t)
 
 
@@ -105,6 +213,9 @@ def cmd_compare(args: list[str]) -> None:
 
     from pipelines.compare import compare
 
+    bad = [a for a in args if a.startswith("-")]
+    if bad:
+        _die(f"compare: unknown option {bad[0]!r}; usage: {HELP['compare'].splitlines()[0]}")
     uri, names, cfg = _tracking_uri(args)
     path = compare(uri, names, out_dir=os.path.join(cfg["runs_dir"], "reports"), console=Console())
     if path:
@@ -112,8 +223,17 @@ def cmd_compare(args: list[str]) -> None:
 
 
 def cmd_ui(args: list[str]) -> None:
-    uri, rest, cfg = _tracking_uri(args)
-    port = rest[0] if rest else "5000"
+    rest = [a for a in args if "=" not in a]
+    port = "5000"
+    if "--port" in rest:
+        i = rest.index("--port")
+        port = rest[i + 1] if i + 1 < len(rest) else ""
+        rest = rest[:i] + rest[i + 2:]
+    elif rest:
+        port, rest = rest[0], rest[1:]
+    if rest or not port.isdigit() or not 1024 <= int(port) <= 65535:
+        _die(f"ui PORT={(rest[0] if rest else port)!r}: an integer in [1024, 65535]; usage: {HELP['ui'].splitlines()[0]}")
+    uri, _, cfg = _tracking_uri([a for a in args if "=" in a])
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     print(" ".join(cmd))
     bindir = os.path.dirname(sys.executable)
@@ -144,6 +264,7 @@ def cmd_serve(args: list[str]) -> None:
         rest = rest[:i] + rest[i + 2:]
     svc = services[name]
     cfg = preflight([f"experiment={svc.experiment}", *rest], multirun=False)
+    set_verbose(cfg)
     from pathlib import Path
 
     from components.core.raytools import init_ray
@@ -193,6 +314,88 @@ def cmd_gc(args: list[str]) -> None:
           else "no stale runs")
 
 
+HELP = {
+    "list": "usage: dtlab list [KIND | EXPERIMENT]\n"
+            "  no argument: every experiment, then every registered kind with the file that defines it\n"
+            "  KIND (experiment, technique, prepare, ...): that kind only\n"
+            "  EXPERIMENT: its variants (technique, role, seeds), claims (holds, gated), prepare steps, axes",
+    "compare": "usage: dtlab compare [EXPERIMENT ...] [runs_dir=DIR] [tracking=server]\n"
+               "  the latest FINISHED parent run of each experiment (all when none named) side by side:\n"
+               "  comparison tables, the scoreboard with each measured figure labelled, and one HTML report\n"
+               "  under RUNS_DIR/reports/. Newer runs not ended are skipped and named; MLFLOW_TRACKING_URI wins.",
+    "ui": "usage: dtlab ui [PORT | --port PORT] [tracking=...]\n"
+          "  the MLflow UI on 127.0.0.1:PORT (default 5000) over the configured tracking store",
+    "completion": "usage: dtlab completion bash|zsh\n"
+                  "  prints a completion script: subcommands, GROUP= options, experiment names, `dtlab list` kinds.\n"
+                  "  bash: eval \"$(dtlab completion bash)\"   (or save it under ~/.local/share/bash-completion/completions/dtlab)\n"
+                  "  zsh:  eval \"$(dtlab completion zsh)\"    (in ~/.zshrc, after compinit)",
+}
+
+_BASH = r"""# dtlab completion for bash (generated by `dtlab completion bash`; regenerate after adding experiments)
+_dtlab() {
+    local line="${COMP_LINE:0:$COMP_POINT}"
+    local rest="${line#*[[:space:]]}"       # string operations only: bash and zsh index arrays differently
+    local cmd="${rest%%[[:space:]]*}"
+    local cur="${line##*[[:space:]]}"       # the whole word, "=" included (bash splits words at "=")
+    local key="" value="$cur"
+    if [[ "$cur" == *=* ]]; then key="${cur%%=*}"; value="${cur#*=}"; fi
+    COMPREPLY=()
+    local words="" plain=""
+    case "$cmd" in
+        list) plain="@KINDS@ @EXPERIMENTS@" ;;
+        completion) plain="bash zsh" ;;
+        serve) [[ $COMP_CWORD -eq 2 ]] && plain="@SERVICES@" || plain="--port debug=" ;;
+        compare) plain="@EXPERIMENTS@ runs_dir= tracking= --help" ;;
+        *) plain="@KEYS@ -m --help" ;;
+    esac
+    [[ "$rest" != *[[:space:]]* ]] && { plain="@COMMANDS@"; key=""; }   # the subcommand itself
+    case "$key" in
+@GROUP_CASES@
+        debug|verbose) words="true false" ;;
+        "") COMPREPLY=($(compgen -W "$plain" -- "$cur")) ;;
+    esac
+    local want="$cur"
+    if [[ -n "$key" && "$COMP_WORDBREAKS" == *=* ]]; then   # bash replaces only what follows the "="
+        COMPREPLY=($(compgen -W "$words" -- "$value")); want="$value"
+    elif [[ -n "$key" ]]; then
+        COMPREPLY=($(compgen -P "$key=" -W "$words" -- "$value"))
+    fi
+    local w out=()                          # zsh's compgen (bashcompinit) does not filter: do it here
+    for w in "${COMPREPLY[@]}"; do [[ "$w" == "$want"* ]] && out+=("$w"); done
+    COMPREPLY=("${out[@]}")
+    if [[ ${#COMPREPLY[@]} -eq 1 && "${COMPREPLY[0]}" == *= ]]; then compopt -o nospace 2>/dev/null; fi
+}
+complete -F _dtlab dtlab
+"""
+
+_ZSH_HEAD = """# dtlab completion for zsh (generated by `dtlab completion zsh`): the bash completion through
+# zsh's bashcompinit, so both shells complete the same words
+autoload -U +X compinit && { (( $+functions[compdef] )) || compinit; }
+autoload -U +X bashcompinit && bashcompinit
+"""
+
+
+def completion_script(shell: str) -> str:
+    """The completion script for ``shell`` (bash or zsh), with the names it completes filled in."""
+    from components.core.registry import KINDS, entries
+    from pipelines.config import experiment_names
+
+    groups = group_options()
+    cases = "\n".join(f'        {g}) words="{" ".join(opts + (["null"] if g == "hparams_search" else []))}" ;;'
+                       for g, opts in groups.items())
+    script = (_BASH.replace("@COMMANDS@", " ".join(COMMANDS)).replace("@KINDS@", " ".join(["experiment", *KINDS]))
+              .replace("@EXPERIMENTS@", " ".join(experiment_names())).replace("@SERVICES@", " ".join(entries("service")))
+              .replace("@GROUP_CASES@", cases).replace("@KEYS@", " ".join([f"{g}=" for g in groups]
+                                                                           + [f"{k}=" for k in _ROOT_KEYS])))
+    return _ZSH_HEAD + script if shell == "zsh" else script
+
+
+def cmd_completion(args: list[str]) -> None:
+    if len(args) != 1 or args[0] not in ("bash", "zsh"):
+        _die(f"completion SHELL={(args[0] if args else None)!r}: bash or zsh")
+    print(completion_script(args[0]))
+
+
 def _lazy(target: str):
     """A subcommand whose module is imported only when it runs."""
     def run(args: list[str]) -> None:
@@ -209,7 +412,8 @@ from pipelines.cluster import cmd_down, cmd_up  # noqa: E402 - `dtlab up` / `dtl
 COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve,
             "up": cmd_up, "down": cmd_down, "gc": cmd_gc,
             "scoreboard": _lazy("pipelines.scoreboard:cmd_scoreboard"),
-            "robustness": _lazy("pipelines.robustness:cmd_robustness")}
+            "robustness": _lazy("pipelines.robustness:cmd_robustness"),
+            "completion": cmd_completion}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -220,6 +424,9 @@ def main(argv: list[str] | None = None) -> None:
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         _die(f"unknown command {cmd!r}; commands: {', '.join(COMMANDS)}")
+    if cmd in HELP and any(a in ("-h", "--help") for a in rest):
+        print(HELP[cmd])
+        return
     COMMANDS[cmd](rest)
 
 

@@ -60,11 +60,20 @@ class _TimedTracker:
 
 
 def _parse_only(only: Any) -> list[str] | None:
-    if only in (None, "", []):
+    """``only``: null (every variant), ``a,b`` or ``[a, b]``; an empty selection is an error, not "all"."""
+    from components.core.errors import ConfigError
+
+    if only is None:
         return None
     if isinstance(only, str):
-        return [s.strip() for s in only.split(",") if s.strip()]
-    return [str(s) for s in only]
+        names = [s.strip() for s in only.split(",") if s.strip()]
+    elif isinstance(only, (list, tuple)) and all(isinstance(s, str) for s in only):
+        names = [s.strip() for s in only if s.strip()]
+    else:
+        raise ConfigError("only", only, "null (every variant) or variant names, e.g. only=[a,b]")
+    if not names:
+        raise ConfigError("only", only, "null (every variant) or at least one variant name, e.g. only=[a,b]")
+    return names
 
 
 def validate(cfg: dict) -> ExperimentSpec:

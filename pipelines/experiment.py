@@ -9,8 +9,11 @@ An experiment config (conf/experiment/NAME.yaml) holds::
     prepare:   {entry: {step: registered_step, params: {...}, inputs: {step_input: entry}}}
     common:    {technique: {...}}     # params merged under the own params of that technique's variants
     variants:  {vname: {technique, role, params, seeds, inputs: {tech_input: entry}, over: [axis]}}
-    claims:    {cname: {holds, paper, measured, gate, over: axis, at_least: N}}
-    report:    {baseline: vname, table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
+    claims:    {cname: {holds, paper, measured, gate, over: axis, at_least: N,
+                        premise: expr, premise_measured: expr}}   # the measured precondition, its figure
+    report:    {baseline: vname | {baseline_vname: [vname, ...]},        # a mapping: one per sub-study
+                table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
+    robustness: {perturbation: [hydra override, ...]}  # off-tuned re-checks (`dtlab robustness`)
     debug:     {dotted.key: value}    # the tiny flavour (merged deeply); variants.X: null drops X
 
 :func:`build_spec` turns that into an :class:`ExperimentSpec` (every params block parsed once,
@@ -32,9 +35,9 @@ from components.core.registry import get_prepare_step, get_technique
 
 ROLES = ("technique", "baseline", "control")
 _TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "axes", "prepare", "common", "variants", "claims",
-             "report", "debug"}
+             "report", "debug", "robustness"}
 _VARIANT_KEYS = {"technique", "role", "params", "seeds", "inputs", "over"}
-_CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least"}
+_CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least", "premise", "premise_measured"}
 PLOT_KINDS = ("series", "bar", "scatter")
 _AXIS_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -341,11 +344,51 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
             continue
         variants.append(VariantSpec(vname, tech.name, role, tech.family, raw, parsed, vseeds, inputs, base, cell))
 
+    perturbations(exp)  # validated here so that `dtlab run` rejects a bad block too
     names = set(expanded)
     claims = [_build_claim(cname, c, axes, names) for cname, c in (exp.get("claims") or {}).items()]
     report = _build_report(dict(exp.get("report") or {}), names, expanded)
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
                           nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp)
+
+
+TUNED = "tuned"   # the robustness label of the tuned configuration itself
+
+
+def perturbations(exp: dict) -> dict[str, dict[str, Any]]:
+    """The ``robustness:`` block: ``{name: [override, ...]}`` or ``{name: {why: text, overrides: [...]}}``
+    -> ``{name: {"why": text, "overrides": [...]}}``. Each override is one Hydra override of a key
+    below ``experiment.`` (no sweeps: a perturbation is one job)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    block = exp.get("robustness") or {}
+    key = "experiment.robustness"
+    require(isinstance(block, dict), key, block, "a mapping: perturbation name -> list of Hydra overrides")
+    parser = OverridesParser.create()
+    out = {}
+    for name, body in block.items():
+        k = f"{key}.{name}"
+        require(str(name).isidentifier() and name != TUNED, k, name,
+                f"a perturbation name that is a Python identifier other than '{TUNED}'")
+        if isinstance(body, dict):
+            extra = sorted(set(body) - {"why", "overrides"})
+            if extra:
+                raise ConfigError(f"{k}.{extra[0]}", body[extra[0]], "unknown key; allowed: why, overrides")
+            why, overrides = str(body.get("why") or ""), body.get("overrides")
+        else:
+            why, overrides = "", body
+        require(isinstance(overrides, list) and overrides and all(isinstance(o, str) for o in overrides), k,
+                overrides, "a non-empty list of Hydra overrides, e.g. ['experiment.seeds=[3,4]']")
+        for ov in overrides:
+            try:
+                (parsed,) = parser.parse_overrides([ov])
+            except Exception as e:  # noqa: BLE001 - hydra raises its own parse errors
+                raise ConfigError(k, ov, f"a Hydra override ({str(e).splitlines()[0]})") from None
+            require(parsed.get_key_element().lstrip("+~").startswith("experiment."), k, ov,
+                    "an override of a key below experiment. (off the tuned configuration)")
+            require(not parsed.is_sweep_override(), k, ov, "one value (a perturbation is one job: no sweep)")
+        out[str(name)] = {"why": why, "overrides": list(overrides)}
+    return out
 
 
 def _bind_inputs(given: Any, declared: tuple[str, ...], entries: dict[str, PrepareSpec], key: str, who: str) -> dict[str, str]:
@@ -409,28 +452,40 @@ def _build_claim(cname: str, c: Any, axes: dict, names: set[str]) -> Claim:
         require(bool(over), f"{key}.at_least", at_least, "only with 'over: AXIS'")
         require(isinstance(at_least, int) and not isinstance(at_least, bool) and 1 <= at_least <= n_cells,
                 f"{key}.at_least", at_least, f"an integer in [1, {n_cells}] (the cells of {', '.join(over)})")
+    premise, premise_measured = c.get("premise") or "", c.get("premise_measured") or ""
+    for part, text in (("premise", premise), ("premise_measured", premise_measured)):
+        require(isinstance(text, str), f"{key}.{part}", text, "an expression over variant.metric names")
+    require(bool(premise) or not premise_measured, f"{key}.premise_measured", premise_measured,
+            "only with 'premise' (the precondition whose figure it shows)")
     claim = Claim(cname, str(c["holds"]), str(c.get("paper", "")), str(c.get("measured", "") or ""),
-                  bool(c.get("gate", True)), tuple(over), tuple((a, tuple(axes[a])) for a in over), at_least)
-    for part in ("holds", "measured"):
-        text = getattr(claim, part)
+                  bool(c.get("gate", True)), tuple(over), tuple((a, tuple(axes[a])) for a in over), at_least,
+                  premise, premise_measured)
+    parts = {"holds": "holds", "measured": "measured", "premise": "premise", "premise_measured": "premise_measured"}
+    for part, attr in parts.items():
+        text = getattr(claim, attr)
         stray = template_axes(text) - set(over)
         if stray:
             raise ConfigError(f"{key}.{part}", text, f"{{{sorted(stray)[0]}}} needs over: [{sorted(stray)[0]}]")
-    for _, holds, measured in claim.expressions():
-        for part, expr in (("holds", holds), ("measured", measured)):
-            if not expr:
-                continue
-            parse_expr(expr, f"{key}.{part}")
-            bad = referenced_variants(expr, f"{key}.{part}") - names
-            if bad:
-                raise ConfigError(f"{key}.{part}", expr, f"names unknown variant {sorted(bad)[0]!r}; variants: "
-                                  + ", ".join(sorted(names)))
+    checked = [("holds", h) for _, h, _ in claim.expressions()] + [("measured", m) for _, _, m in claim.expressions()]
+    if claim.premise_claim() is not None:
+        checked += [(part, e) for _, h, m in claim.premise_claim().expressions()
+                    for part, e in (("premise", h), ("premise_measured", m))]
+    for part, expr in checked:
+        if not expr:
+            continue
+        parse_expr(expr, f"{key}.{part}")
+        bad = referenced_variants(expr, f"{key}.{part}") - names
+        if bad:
+            raise ConfigError(f"{key}.{part}", expr, f"names unknown variant {sorted(bad)[0]!r}; variants: "
+                              + ", ".join(sorted(names)))
     return claim
 
 
 def _build_report(report: dict, names: set[str], expanded: dict) -> dict:
     base = report.get("baseline")
-    if base is not None:
+    if isinstance(base, dict):
+        report["baseline"] = _baseline_groups(base, names, expanded)
+    elif base is not None:
         require(base in names, "experiment.report.baseline", base, "a variant name: " + ", ".join(sorted(names)))
     plots = []
     for i, plot in enumerate(report.get("plots") or []):
@@ -446,3 +501,34 @@ def _build_report(report: dict, names: set[str], expanded: dict) -> dict:
     if plots:
         report["plots"] = plots
     return report
+
+
+def _baseline_groups(groups: dict, names: set[str], expanded: dict) -> dict[str, list[str]]:
+    """``{baseline: [variant, ...]}``: each sub-study's variants are ratioed to its own baseline (a
+    grid variant's base name stands for its cells); a variant in two groups is an error."""
+    key = "experiment.report.baseline"
+    require(bool(groups), key, groups, "a variant name, or a mapping {baseline variant: [variants it is the baseline for]}")
+    out, owner = {}, {}
+    for base, members in groups.items():
+        require(base in names, f"{key}.{base}", base, "a variant name: " + ", ".join(sorted(names)))
+        require(isinstance(members, list) and members, f"{key}.{base}", members, "a non-empty list of variant names")
+        cells = []
+        for v in members:
+            group = [n for n, (b, _, _) in expanded.items() if b == v and n != v]
+            require(v in names or bool(group), f"{key}.{base}", v, "a variant name: " + ", ".join(sorted(names)))
+            cells += group or [v]
+        cells = list(dict.fromkeys([base, *cells]))
+        for v in cells:
+            require(v not in owner or owner[v] == base, f"{key}.{base}", v,
+                    f"a variant in one group only (it is already ratioed to {owner.get(v)})")
+            owner[v] = base
+        out[str(base)] = cells
+    return out
+
+
+def baseline_of(report: dict, variant: str) -> str | None:
+    """The baseline a variant's ratios are to (a single name, or its group's in a mapping)."""
+    base = report.get("baseline")
+    if isinstance(base, dict):
+        return next((b for b, members in base.items() if variant in members), None)
+    return base

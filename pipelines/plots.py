@@ -12,8 +12,9 @@ ROLE_STYLE = {"technique": "-", "baseline": "--", "control": ":"}
 
 
 def series_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, variants: list[str] | None = None,
-                title: str | None = None, xlabel: str = "step"):
-    """One curve per variant of a per-step metric; baselines dashed."""
+                title: str | None = None, xlabel: str | None = None):
+    """One curve per variant of a series; baselines dashed. The x axis is ``xlabel``, else what
+    the series' x is (Result.series: "alpha", "deferral ratio"), else "step"."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     drawn = 0
     for name, o in outcomes.items():
@@ -22,13 +23,14 @@ def series_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, varia
         if o.result is None or metric not in o.result.series:
             continue
         x, y = o.result.series_xy(metric)
+        xlabel = xlabel or getattr(x, "name", None)
         if logy:
             y = [max(v, 1e-300) for v in y]
         ax.plot(x, y, ROLE_STYLE.get(o.role, "-"), label=name, lw=1.4)
         drawn += 1
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
+    ax.set_xlabel(xlabel or "step")
     ax.set_ylabel(metric)
     ax.set_title(title or metric)
     ax.grid(alpha=0.3)

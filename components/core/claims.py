@@ -18,10 +18,18 @@ and > 2 SE" is ``paired(a.m - b.m) >= 0.05 and paired(a.m - b.m) > 2 * paired_se
 Over a grid axis: a claim with ``over: axis`` (or a list of axes) is checked once per value,
 with ``{axis}`` in ``holds``/``measured`` replaced by it; it holds when at least ``at_least``
 of the cells hold (default: every cell).
+
+Premises: ``premise`` is the measured precondition under which the paper states the claim (the
+small model is over-confident, communication is comparable to compute), an expression in the same
+language, checked on the same cells. A claim whose premise is measured false is "premise not met"
+whichever way its own check came out: a failure there is the setting's, not the technique's, and a
+pass there is vacuous (homogeneous agents cannot show a stall). ``holds`` keeps the raw check; a
+premise that cannot be computed (a missing metric, a NaN) is unknown and never excuses a failure.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import math
 import operator
@@ -57,6 +65,8 @@ class Claim:
     over: tuple[str, ...] = ()               # grid axes the claim quantifies over
     axes: tuple[tuple[str, tuple], ...] = ()  # (axis, values) for each axis in ``over``
     at_least: int | None = None              # cells that must hold (None: every cell)
+    premise: str = ""                        # the measured precondition (same language, same cells)
+    premise_measured: str = ""               # its figure to show (defaults to none)
 
     def cells(self) -> list[dict[str, Any]]:
         """One {axis: value} per cell; a single empty cell without ``over``."""
@@ -69,6 +79,13 @@ class Claim:
         """(cell, holds, measured) with the axis values substituted."""
         return [(c, substitute(self.holds, c), substitute(self.measured, c) if self.measured else "")
                 for c in self.cells()]
+
+    def premise_claim(self) -> "Claim | None":
+        """The premise as a claim of its own over the same cells (every cell must meet it)."""
+        if not self.premise:
+            return None
+        return Claim(f"{self.name}.premise", self.premise, measured=self.premise_measured, over=self.over,
+                     axes=self.axes)
 
 
 def substitute(template: str, cell: Mapping[str, Any]) -> str:
@@ -201,6 +218,29 @@ class ClaimOutcome:
     error: str = ""
     skipped: bool = False   # its variants were not run (only=...): neither holds nor fails
     cells: list = field(default_factory=list)   # per axis cell: {cell, holds, measured, error}
+    premise: str = ""                    # the premise expression ("" when the claim names none)
+    premise_holds: bool | None = None    # None: no premise, or its variants were not run
+    premise_measured: str = ""
+    premise_error: str = ""
+    measured_pm: str = ""                # the measured figure with "± SE" where it is a mean over seeds
+
+    @property
+    def status(self) -> str:
+        """One of STATUSES: a claim whose premise fails is "premise not met", not the technique's."""
+        return outcome_status(self)
+
+
+STATUSES = ("holds", "fails", "premise not met", "not run")
+
+
+def outcome_status(c: Any) -> str:
+    """The scoreboard status of a ClaimOutcome (or its stored dict)."""
+    get = c.get if isinstance(c, Mapping) else lambda k, d=None: getattr(c, k, d)
+    if get("skipped", False):
+        return "not run"
+    if get("premise_holds", None) is False:
+        return "premise not met"
+    return "holds" if get("holds", False) else "fails"
 
 
 def _fmt(v: Any) -> str:
@@ -219,17 +259,42 @@ def _value(expr: str, metrics, key: str, seed_metrics) -> tuple[Any, bool]:
     return ev.run(parse_expr(expr, key), metrics), ev.nan_seen
 
 
+def _measured_pm(expr: str, metrics, seed_metrics) -> str:
+    """``expr``'s figure with "± SE" on each term that is a mean over seeds: ``paired(X)`` (its
+    ``paired_se``) or a bare ``variant.metric`` with a finite ``metric_se``; "" when no term has one."""
+    body = parse_expr(expr, "measured").body
+    terms = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
+    parts, any_se = [], False
+    for t in terms:
+        ev = _Evaluator(expr, "measured", seed_metrics or {})
+        val, se = ev.run(t, metrics), None
+        if isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "paired":
+            se = mean_se(_per_seed(t.args[0], seed_metrics or {}, ev.run))[1]
+        elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+            se = metrics.get(t.value.id, {}).get(f"{t.attr}_se")
+        if isinstance(se, (int, float)) and math.isfinite(se):
+            any_se = True
+            parts.append(f"{_fmt(val)} ± {_fmt(float(se))}")
+        else:
+            parts.append(_fmt(val))
+    if not any_se:
+        return ""  # (a term that cannot be computed raised: the caller shows the plain figure)
+    return "[" + ", ".join(parts) + "]" if isinstance(body, (ast.List, ast.Tuple)) else parts[0]
+
+
 def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]],
           seed_metrics: Mapping[str, Mapping[int, Mapping[str, float]]] | None = None) -> ClaimOutcome:
     """Evaluate one claim (every cell of its axes); a missing metric or a NaN makes a cell fail,
     with the reason attached."""
-    cells, measured_parts, errors = [], [], []
+    cells, measured_parts, pm_parts, errors, has_pm = [], [], [], [], False
     for cell, holds_expr, measured_expr in claim.expressions():
         label = ",".join(str(v) for v in cell.values())
-        measured, ok, error = "", False, ""
+        measured, ok, error, pm = "", False, "", ""
         try:
             if measured_expr:
                 measured = _fmt(_value(measured_expr, metrics, f"claims.{claim.name}.measured", seed_metrics)[0])
+                with contextlib.suppress(MissingMetric, ValueError, ZeroDivisionError, TypeError):
+                    pm = _measured_pm(measured_expr, metrics, seed_metrics)  # display only: never decides
             value, nan_seen = _value(holds_expr, metrics, f"claims.{claim.name}.holds", seed_metrics)
             if isinstance(value, float) and math.isnan(value):
                 raise ValueError("NaN")
@@ -240,6 +305,8 @@ def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]],
             measured, error = measured or "n/a", str(e)
         cells.append({"cell": cell, "holds": ok, "measured": measured, "error": error})
         measured_parts.append(f"{label}: {measured}" if label else measured)
+        pm_parts.append((f"{label}: " if label else "") + (pm or measured))
+        has_pm = has_pm or bool(pm)
         if error:
             errors.append(f"{label}: {error}" if label else error)
     held = sum(c["holds"] for c in cells)
@@ -247,5 +314,15 @@ def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]],
     measured = "; ".join(measured_parts)
     if claim.over:
         measured = f"{held}/{len(cells)} cells hold (need {need}) · " + measured
-    return ClaimOutcome(claim.name, claim.paper, measured, held >= need, claim.gate, error="; ".join(errors),
-                        cells=cells if claim.over else [])
+    out = ClaimOutcome(claim.name, claim.paper, measured, held >= need, claim.gate, error="; ".join(errors),
+                       cells=cells if claim.over else [],
+                       measured_pm=(measured.split(" · ")[0] + " · " if claim.over else "") + "; ".join(pm_parts)
+                       if has_pm else "")
+    premise = claim.premise_claim()
+    if premise is not None:
+        p = check(premise, metrics, seed_metrics)
+        # only a premise measured false excuses a failure: a missing metric or a NaN leaves it unknown
+        cells = p.cells or [{"holds": p.holds, "error": p.error}]
+        met = True if p.holds else (False if any(not c["holds"] and not c["error"] for c in cells) else None)
+        out.premise, out.premise_holds, out.premise_measured, out.premise_error = claim.premise, met, p.measured, p.error
+    return out

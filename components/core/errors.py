@@ -8,6 +8,7 @@ class ConfigError(ValueError):
     """
 
     def __init__(self, key: str, value: object, allowed: str):
+        key, allowed = " ".join(str(key).split()), " ".join(str(allowed).split())  # one line, always
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}")
 

@@ -7,12 +7,14 @@ textbook schedules (ring all-reduce, star gather/broadcast through a server).
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from components.core.errors import ConfigError, require
 
 _UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_NUMBER = r"((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"   # 80, 1.5, .5, 1e9: never 1.2.3 or a bare dot
 
 
 def parse_bandwidth(value: str | float | int, key: str = "bandwidth") -> float:
@@ -20,13 +22,13 @@ def parse_bandwidth(value: str | float | int, key: str = "bandwidth") -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         bps = float(value)
     elif isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?)\s*([kKmMgGtT]?)(?:bps|bit/s|b/s)?\s*", value)
+        m = re.fullmatch(r"\s*" + _NUMBER + r"\s*([kKmMgGtT]?)(?:bps|bit/s|b/s)?\s*", value)
         if not m:
             raise ConfigError(key, value, "a bandwidth like '80Mbps', '100Gbps' or bits per second")
         bps = float(m.group(1)) * _UNITS[m.group(2).lower()]
     else:
         raise ConfigError(key, value, "a bandwidth like '80Mbps', '100Gbps' or bits per second")
-    require(bps > 0, key, value, "a positive bandwidth")
+    require(math.isfinite(bps) and bps > 0, key, value, "a positive, finite bandwidth")
     return bps
 
 
@@ -35,13 +37,13 @@ def parse_seconds(value: str | float | int, key: str = "latency") -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         s = float(value)
     elif isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?\d+)?)\s*(us|ms|s|ns)?\s*", value)
+        m = re.fullmatch(r"\s*" + _NUMBER + r"\s*(us|ms|s|ns)?\s*", value)
         if not m:
             raise ConfigError(key, value, "a duration like '50us', '1ms' or seconds")
         s = float(m.group(1)) * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}[m.group(2)]
     else:
         raise ConfigError(key, value, "a duration like '50us', '1ms' or seconds")
-    require(s >= 0, key, value, "a non-negative duration")
+    require(math.isfinite(s) and s >= 0, key, value, "a non-negative, finite duration")
     return s
 
 

@@ -1,12 +1,15 @@
 """Typed technique parameters: a dataclass per technique, checked before Ray starts.
 
 ``parse_params(cls, raw, where)`` rejects unknown keys, coerces ints to floats where a float is
-declared, refuses wrong types, then calls the dataclass's ``check()`` for ranges. Every failure is
+declared, refuses wrong types and non-finite floats (NaN always; infinity unless the field's
+default is infinite or its metadata says ``{"finite": False}``), then calls the dataclass's
+``check()`` for ranges. Every failure is
 a :class:`ConfigError` naming the full key (``where.key``), the value and what is allowed.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any, Literal, get_args, get_origin
@@ -20,7 +23,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(tp: Any, value: Any, key: str) -> Any:
+def _coerce(tp: Any, value: Any, key: str, allow_inf: bool = False) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
@@ -33,7 +36,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(arg, value, key)
+                return _coerce(arg, value, key, allow_inf)
             except ConfigError as e:
                 errors.append(e.allowed)
         raise ConfigError(key, value, " or ".join(errors))
@@ -45,7 +48,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(key, value, f"a list of {_type_name(get_args(tp)[0]) if get_args(tp) else 'values'}")
         inner = get_args(tp)[0] if get_args(tp) else Any
-        return [_coerce(inner, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_coerce(inner, v, f"{key}[{i}]", allow_inf) for i, v in enumerate(value)]
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
             raise ConfigError(key, value, "a mapping")
@@ -60,7 +63,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         raise ConfigError(key, value, "an integer")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            f = float(value)
+            if math.isnan(f) or (math.isinf(f) and not allow_inf):
+                raise ConfigError(key, value, "a finite number" if not allow_inf else "a number (not NaN)")
+            return f
         raise ConfigError(key, value, "a number")
     if tp is str:
         if isinstance(value, str):
@@ -69,6 +75,13 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return parse_params(tp, value, key)
     return value
+
+
+def _allows_inf(f: dataclasses.Field) -> bool:
+    """Infinity is a meaningful value only where the field says so (an infinite default: "no cap")."""
+    if "finite" in f.metadata:
+        return not f.metadata["finite"]
+    return isinstance(f.default, float) and math.isinf(f.default)
 
 
 def parse_params(cls: type, raw: dict | None, where: str = "params") -> Any:
@@ -85,7 +98,7 @@ def parse_params(cls: type, raw: dict | None, where: str = "params") -> Any:
     values = {}
     for name, f in fields.items():
         if name in raw:
-            values[name] = _coerce(hints[name], raw[name], f"{where}.{name}")
+            values[name] = _coerce(hints[name], raw[name], f"{where}.{name}", _allows_inf(f))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{where}.{name}", None, f"required ({_type_name(hints[name])})")
     obj = cls(**values)

@@ -75,7 +75,9 @@ def ensure_auth(mode: str | None = "token", create_token: bool = True) -> str:
     try:  # Ray read RAY_AUTH_MODE when it was imported: make it read the new value and token
         import sys
 
-        if "ray._raylet" in sys.modules and not sys.modules["ray"].is_initialized():  # never under a live session
+        worker = getattr(sys.modules.get("ray._private.worker"), "global_worker", None)
+        live = getattr(worker, "connected", False) or sys.modules["ray"].is_initialized()
+        if "ray._raylet" in sys.modules and not live:  # never under a live session: it would lose its token
             from ray._raylet import AuthenticationTokenLoader, Config
 
             Config.initialize("")
@@ -119,6 +121,14 @@ def local_head(temp_dir: Path | None = None, timeout_s: float = 0.25) -> str | N
     return address
 
 
+def log_level(cluster: dict[str, Any]) -> str:
+    """Ray's and Ray Serve's log level on the driver: ``cluster.logging_level`` (WARNING), INFO
+    when the run is verbose (``verbose=true`` sets ``DTLAB_VERBOSE``)."""
+    if os.environ.get("DTLAB_VERBOSE", "").lower() in ("1", "true", "yes"):
+        return "INFO"
+    return str(cluster.get("logging_level") or "WARNING")
+
+
 def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
     """Connect to the cluster ``cluster`` names, or start embedded Ray; reuse a running session.
 
@@ -139,8 +149,11 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
         head = None if explicit or not cluster.get("attach", True) else local_head()
         address = explicit or head
         auth = ensure_auth(cluster.get("auth_mode"), create_token=address is None)
+        level = log_level(cluster)
+        # Serve's driver-side logger prints INFO ("Started Serve", "... is ready at") over the live table
+        logging.getLogger("ray.serve").setLevel(level)
         kwargs: dict[str, Any] = {"log_to_driver": bool(cluster.get("log_to_driver", True)),
-                                  "logging_level": cluster.get("logging_level", "WARNING")}
+                                  "logging_level": level}
         if address:
             mode = "attached" if head else "connected"
             kwargs["address"] = address
@@ -157,6 +170,10 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
             if cluster.get("object_store_memory"):
                 kwargs["object_store_memory"] = int(cluster["object_store_memory"])
         ctx = ray.init(**kwargs)
+        if mode == "embedded":  # its processes end with this driver, even one killed by SIGKILL
+            from components.core import ray_watchdog
+
+            ray_watchdog.start()
         dashboard = ctx.dashboard_url
         address = ctx.address_info.get("gcs_address") or address
     else:

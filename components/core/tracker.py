@@ -183,21 +183,31 @@ class Tracker:
                                       for k, v in metrics.items() if v is not None])
 
     def log_series(self, run_id: str, name: str, steps: Iterable[float], values: Iterable[float],
-                   max_points: int | None = None) -> None:
-        """A per-step metric series in as few calls as MLflow allows.
+                   max_points: int | None = None, x_name: str | None = None) -> None:
+        """A metric series in as few calls as MLflow allows.
 
-        With ``max_points``, a longer series is thinned to that many evenly spaced steps (first and
-        last kept): SQLite stores take ~0.25 ms a point, and curves need no more resolution.
+        Integer x values are MLflow steps. A curve over something else (``x_name`` given, or x
+        values that are not integers: a deferral ratio, alpha, p) is logged with step = index and
+        its x values as the metric ``<name>.x`` at the same steps, so no x is rounded away and the
+        chart can be read against ``<name>.x``.
+
+        With ``max_points``, a longer series is thinned to that many evenly spaced points (first
+        and last kept): SQLite stores take ~0.25 ms a point, and curves need no more resolution.
         """
         from mlflow.entities import Metric
 
-        pairs = [(int(s), float(v)) for s, v in zip(steps, values)
+        pairs = [(float(s), float(v)) for s, v in zip(steps, values)
                  if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        curve = x_name is not None or any(math.isfinite(s) and not s.is_integer() for s, _ in pairs)
         if max_points and len(pairs) > max_points:
             idx = sorted({round(i * (len(pairs) - 1) / (max_points - 1)) for i in range(max_points)})
             pairs = [pairs[i] for i in idx]
         ts = int(time.time() * 1000)
-        self._put(run_id, "metrics", [Metric(name, v, ts, s) for s, v in pairs])
+        if not curve:
+            self._put(run_id, "metrics", [Metric(name, v, ts, int(s)) for s, v in pairs])
+            return
+        self._put(run_id, "metrics", [m for i, (x, v) in enumerate(pairs)
+                                      for m in (Metric(name, v, ts, i), Metric(f"{name}.x", x, ts, i))])
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         self._put(run_id, "tags", {safe_key(k): str(v)[:5000] for k, v in tags.items()})
@@ -376,16 +386,23 @@ _HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def _signals_held():
-    """Hold Ctrl-C, SIGTERM and SIGHUP back for the block (main thread only; they are delivered
-    right after it), so a handler that raises cannot land between two steps that must go together."""
+    """Hold Ctrl-C, SIGTERM and SIGHUP back for the block and deliver them right after it, so a
+    handler that raises cannot land between two steps that must go together (a run created and
+    registered open). Python runs signal handlers in the main thread whichever thread the kernel
+    picked, so the handlers are swapped for a recorder (a thread mask would not do: another thread
+    would take the signal). Outside the main thread handlers cannot run anyway: nothing to hold."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    caught: list[int] = []
+    old = {sig: signal.signal(sig, lambda signum, _frame: caught.append(signum)) for sig in _HELD}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for sig in caught:
+            signal.raise_signal(sig)
 
 
 _LIVE: "weakref.WeakSet[Tracker]" = weakref.WeakSet()

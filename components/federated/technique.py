@@ -67,7 +67,8 @@ class FederatedParams:
         require(self.local_epochs >= 1, "local_epochs", self.local_epochs, "a positive number of epochs")
         require(self.batch_size >= 1, "batch_size", self.batch_size, "a positive batch size")
         require(self.lr > 0, "lr", self.lr, "a positive learning rate")
-        require(self.emb_dim >= 1 and self.aux_hidden >= 1, "emb_dim", self.emb_dim, "positive widths")
+        require(self.emb_dim >= 1, "emb_dim", self.emb_dim, "a positive width")
+        require(self.aux_hidden >= 1, "aux_hidden", self.aux_hidden, "a positive width")
         require(1 <= self.eval_window <= self.rounds + 1, "eval_window", self.eval_window, f"an integer in [1, rounds + 1 = {self.rounds + 1}]")
         require(self.hosts >= 0, "hosts", self.hosts, "a non-negative number of host actors (0: in-process)")
         options = strategy_class(self.strategy).Options
@@ -183,7 +184,7 @@ def _run_federated(p: FederatedParams, ctx) -> Result:
     # per-round curves get their own names: MLflow keeps one history per key, and the final
     # metrics (mean of the last eval_window evaluations) must not be overwritten by a curve
     series = {"round_mean_acc": curve[:, 0].tolist(), "round_acc_std": curve[:, 1].tolist(),
-              "round_worst20_acc": curve[:, 2].tolist(), "acc_vs_p": (xs, ys)}
+              "round_worst20_acc": curve[:, 2].tolist(), "acc_vs_p": (xs, ys, "participation probability")}
     tables = {"per_client": rows}
     if hist.events:
         tables["faults"] = hist.events

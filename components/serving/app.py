@@ -4,11 +4,11 @@ application, and one convention for validated HTTP bodies.
 Usage::
 
     from ray import serve
-    from components.serving.app import (BoundedModel, TINY_REPLICA, deploy, make_api, post_json,
+    from components.serving.app import (RequestModel, TINY_REPLICA, deploy, make_api, post_json,
                                          serve_session)
     from pydantic import Field
 
-    class EchoIn(BoundedModel):                 # extra keys rejected; bound every size
+    class EchoIn(RequestModel):                 # extra keys rejected; bound every size
         text: str = Field(min_length=1, max_length=256)
         max_tokens: int = Field(default=16, ge=1, le=64)
 
@@ -69,6 +69,13 @@ class BoundedModel(BaseModel):
     """Base for request/response bodies: unknown keys are an error, not silently dropped."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class RequestModel(BoundedModel):
+    """Base for request bodies: also strict types (``"7"`` is not a number, ``"yes"`` not a
+    boolean, ``1`` not ``true``; an integer is a valid float), so a client's type error is a 422."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def _field_errors(errors: list[dict]) -> list[str]:

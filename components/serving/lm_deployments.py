@@ -32,7 +32,7 @@ from ray import serve
 from components.core.errors import require
 from components.core.registry import register
 from components.data import reasoning as R
-from components.serving.app import TINY_REPLICA, BoundedModel, make_api
+from components.serving.app import TINY_REPLICA, BoundedModel, RequestModel, make_api
 from components.serving.cost import Usage
 from components.serving.lms import lm_costs, load_lm
 from components.serving.services import Service
@@ -115,7 +115,7 @@ class RemoteLM:
 
 
 # ------------------------------------------------------------------------------ HTTP schemas
-class SolveRequest(BoundedModel):
+class SolveRequest(RequestModel):
     """One reasoning request. ``problem`` like ``17|+1|*9|-7`` (the trailing ``>`` is optional)."""
 
     problem: str = Field(min_length=2, max_length=64)

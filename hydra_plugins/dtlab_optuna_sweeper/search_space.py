@@ -29,6 +29,38 @@ def to_distribution(override: Override) -> BaseDistribution | None:
     raise ValueError(f"{override.input_line}: unsupported sweep for Optuna")
 
 
+def fmt_value(value: Any) -> str:
+    """A sampled value as an override value (floats by repr, so nothing is rounded)."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def check_distribution(key: str, text: str, override: Override) -> BaseDistribution | None:
+    """to_distribution, with a bad space (reversed bounds, empty choice) as one-line ConfigError."""
+    from components.core.errors import ConfigError
+
+    try:
+        return to_distribution(override)
+    except Exception as e:  # noqa: BLE001 - optuna's ValueError on low > high, hydra's on bad sweeps
+        raise ConfigError(key, text, f"a search space: interval(low, high) with low <= high, choice(a, b, ...), "
+                                     f"range(start, stop[, step]) ({' '.join(str(e).split())})") from None
+
+
+def points(space: dict[str, BaseDistribution]) -> list[dict[str, Any]]:
+    """Points that put every bound and every choice of ``space`` in some trial (one at a time from
+    the first point): what preflight composes and validates before any trial runs."""
+    def values(d: BaseDistribution) -> list[Any]:
+        if isinstance(d, CategoricalDistribution):
+            return list(d.choices)
+        return [d.low, d.high] if d.low != d.high else [d.low]
+
+    per_key = {k: values(d) for k, d in space.items()}
+    first = {k: v[0] for k, v in per_key.items()}
+    out = [first]
+    for k, vals in per_key.items():
+        out += [{**first, k: v} for v in vals[1:]]
+    return out
+
+
 def parse_space(params: dict[str, Any] | None, cli_overrides: list[str]) -> tuple[dict[str, BaseDistribution], list[str]]:
     """Search space from the config's params and the command line's sweep overrides.
 
@@ -39,7 +71,7 @@ def parse_space(params: dict[str, Any] | None, cli_overrides: list[str]) -> tupl
     fixed: list[str] = []
     lines = [f"{k}={v}" for k, v in (params or {}).items()] + list(cli_overrides)
     for o in parser.parse_overrides(lines):
-        dist = to_distribution(o)
+        dist = check_distribution(o.get_key_element(), o.input_line.partition("=")[2], o)
         key = o.get_key_element()
         if dist is None:
             fixed.append(o.input_line)

@@ -1,8 +1,13 @@
 """The sweeper: ask Optuna for trials, launch them as Hydra jobs, tell Optuna the objective.
 
 - The study lives in RDB storage (default ``sqlite:///<runs_dir>/optuna.db``) and is loaded if it
-  exists, so an interrupted sweep resumes: trials already finished count towards ``n_trials``,
-  trials left RUNNING by the interruption are marked FAIL.
+  exists, so an interrupted sweep resumes: trials already finished count towards ``n_trials``.
+  Its name is ``<study_name or experiment>-<hash of objective, direction and space>``: a sweep of
+  another objective or space is another study.
+- Ctrl-C, SIGTERM or SIGHUP: the trials in flight are told FAIL with the user attribute
+  ``dtlab.interrupted`` and re-queued with the same params (``enqueue_trial``); they count neither
+  toward ``n_trials`` nor toward ``max_failure_rate``. Their open runs end KILLED with the reason,
+  and so does the sweep run. Trials left RUNNING by a SIGKILLed sweep are re-queued the same way.
 - The objective is what the task returns: the experiment's ``objective`` expression over variant
   metrics (for example ``dist_ef21.iters_to_tol``), or the number of claims that hold.
 - A trial whose job crashes, or whose objective is missing or not finite, is told FAIL and the
@@ -25,15 +30,43 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.dtlab_optuna_sweeper.search_space import parse_space
+from hydra_plugins.dtlab_optuna_sweeper.search_space import fmt_value, parse_space
 
 log = logging.getLogger(__name__)
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
+INTERRUPTED = "dtlab.interrupted"
+
+
+def study_name(base: str, objective: Any, direction: Any, space: dict) -> str:
+    """``base-<8 hex>``: the hash covers the objective, the direction and the search space."""
+    import hashlib
+    import json
+
+    direction = OmegaConf.to_container(direction) if OmegaConf.is_list(direction) else direction
+    key = json.dumps({"objective": objective, "direction": direction,
+                      "space": {k: repr(v) for k, v in sorted(space.items())}}, sort_keys=True, default=str)
+    return f"{base}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def counts(study: optuna.Study) -> tuple[int, int]:
+    """(trials done, trials failed), interrupted ones left out of both: they were re-queued."""
+    S = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False, states=(S.COMPLETE, S.FAIL, S.PRUNED))
+    real = [t for t in trials if INTERRUPTED not in t.user_attrs]
+    return len(real), sum(t.state == S.FAIL for t in real)
+
+
+def _requeue(study: optuna.Study, trial, reason: str) -> None:
+    """Tell ``trial`` FAIL as interrupted (not a failure) and queue its params to be asked again."""
+    number = trial.number
+    frozen = study._storage.get_trial(trial._trial_id)
+    if frozen.state != optuna.trial.TrialState.RUNNING:  # told already: it counts as it ended
+        return
+    study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED, reason)
+    study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    if frozen.params:
+        study.enqueue_trial(frozen.params, user_attrs={"dtlab.requeued_from": number})
 
 
 class DtlabOptunaSweeper(Sweeper):
@@ -52,11 +85,12 @@ class DtlabOptunaSweeper(Sweeper):
                                                                 task_function=task_function)
 
     # ------------------------------------------------------------------------------------------
-    def _study(self) -> optuna.Study:
+    def _study(self, space: dict) -> optuna.Study:
         runs_dir = Path(str(self.config.runs_dir))
         runs_dir.mkdir(parents=True, exist_ok=True)
         storage = self.storage or f"sqlite:///{runs_dir}/optuna.db"
-        name = self.study_name or str(self.config.experiment.name)
+        name = study_name(self.study_name or str(self.config.experiment.name), self.config.get("objective"),
+                          self.direction, space)
         sampler = self.sampler_cfg  # Hydra instantiates nested _target_ nodes itself
         if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
             sampler = instantiate(sampler)
@@ -64,8 +98,8 @@ class DtlabOptunaSweeper(Sweeper):
         kwargs = {"directions": directions} if directions else {"direction": str(self.direction)}
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, load_if_exists=True, **kwargs)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            log.warning(f"trial {t.number} was left running by an interrupted sweep: marking it FAIL")
-            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+            log.warning(f"trial {t.number} was left running by a sweep that is gone: re-queued")
+            _requeue(study, t, "left RUNNING by a sweep that is gone")
         return study
 
     def _tracker(self):
@@ -92,23 +126,34 @@ class DtlabOptunaSweeper(Sweeper):
 
     # ------------------------------------------------------------------------------------------
     def sweep(self, arguments: List[str]) -> None:
+        from pipelines.dag import terminate_as_interrupt
+
+        with terminate_as_interrupt():
+            self._sweep(arguments)
+
+    def _sweep(self, arguments: List[str]) -> None:
+        from hydra_plugins.dtlab_optuna_sweeper.config import check_conf
+        from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs, interrupt_reason
+
+        check_conf({"direction": OmegaConf.to_container(self.direction) if OmegaConf.is_list(self.direction) else self.direction,
+                    "n_trials": self.n_trials, "n_jobs": self.n_jobs, "max_failure_rate": self.max_failure_rate,
+                    "study_name": self.study_name, "storage": self.storage, "sampler": None})
         space, fixed = parse_space(self.params, arguments)
         if not space:
             raise ValueError("dtlab_optuna sweeper: no search space (hydra.sweeper.params or a sweep override)")
-        study = self._study()
+        study = self._study(space)
         tracker = self._tracker()
         sweep_rid = self._sweep_run(tracker, study)
-        finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
-        done = len(study.get_trials(deepcopy=False, states=finished))
+        done, failures = counts(study)
         remaining = max(0, self.n_trials - done)
         log.info(f"study {study.study_name}: {done} trials done, {remaining} to run; space: {list(space)}")
-        failures = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)))
-        status = "FINISHED"
+        status, reason = "FINISHED", None
+        trials: list = []
         try:
             while remaining > 0:
                 batch = min(self.n_jobs, remaining)
                 trials = [study.ask(space) for _ in range(batch)]
-                overrides = [tuple(fixed + [f"{k}={_fmt(v)}" for k, v in t.params.items()] +
+                overrides = [tuple(fixed + [f"{k}={fmt_value(v)}" for k, v in t.params.items()] +
                                    [f"sweep_run_id={sweep_rid}", f"sweep_trial={t.number}"]) for t in trials]
                 returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
                 self.job_idx += len(returns)
@@ -122,24 +167,65 @@ class DtlabOptunaSweeper(Sweeper):
                         error = f"{type(e).__name__}: {e}".splitlines()[0]
                     if value is None:
                         study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                        failures += 1
                         tracker.set_tags(sweep_rid, {f"trial.{trial.number}.error": error})
                         log.warning(f"trial {trial.number} failed: {error}")
+                        missing = error.startswith("objective") and self._missing_metric(tracker, sweep_rid, trial.number)
+                        if missing:  # every trial would end NaN: stop at the first
+                            status, reason = "FAILED", missing
+                            from components.core.errors import ConfigError
+
+                            raise ConfigError("objective", self.config.get("objective"), missing)
                     else:
                         study.tell(trial, float(value))
                         tracker.log_metrics(sweep_rid, {"trial_value": float(value)}, step=trial.number)
-                remaining -= batch
-                total = len(study.get_trials(deepcopy=False, states=finished))
-                if total and failures / total > self.max_failure_rate:
+                trials = []
+                done, failures = counts(study)
+                remaining = max(0, self.n_trials - done)
+                if done and failures / done > self.max_failure_rate:
                     status = "FAILED"
-                    raise RuntimeError(f"failure rate {failures}/{total} exceeds max_failure_rate={self.max_failure_rate}")
+                    raise RuntimeError(f"failure rate {failures}/{done} exceeds max_failure_rate={self.max_failure_rate}")
+        except KeyboardInterrupt as e:
+            status, reason = "KILLED", interrupt_reason(e)
+            for t in trials:  # in flight: not a failure, asked again on resume
+                _requeue(study, t, reason)
+            exp = tracker.client.get_experiment_by_name(str(self.config.experiment.name))
+            end_open_runs(tracker.client, [exp.experiment_id] if exp else [],
+                          lambda r: r.data.tags.get("dtlab.sweep_run_id") == sweep_rid, f"{reason} (sweep interrupted)")
+            log.warning(f"sweep {reason}: {len(trials)} trial(s) in flight re-queued")
+            raise
         finally:
-            self._report(tracker, sweep_rid, study, status)
+            self._report(tracker, sweep_rid, study, status, reason)
 
-    def _report(self, tracker, sweep_rid: str, study: optuna.Study, status: str) -> None:
+    def _missing_metric(self, tracker, sweep_rid: str, number: int) -> str | None:
+        """Why the objective cannot be computed from a trial whose variants all finished: a
+        ``variant.metric`` it names that the variant's run did not report (None if it did)."""
+        import ast
+
+        expr = self.config.get("objective")
+        if not expr:
+            return None
+        wanted = {(n.value.id, n.attr) for n in ast.walk(ast.parse(str(expr), mode="eval"))
+                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+        client = tracker.client
+        exp = client.get_experiment_by_name(str(self.config.experiment.name))
+        parents = client.search_runs([exp.experiment_id], f"tags.`dtlab.sweep_run_id` = '{sweep_rid}' and "
+                                                          f"tags.`optuna.trial` = '{number}'", max_results=1)
+        if not parents:
+            return None
+        children = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parents[0].info.run_id}' "
+                                                           "and tags.`dtlab.kind` = 'variant'")
+        reported = {c.data.tags.get("variant"): c for c in children}
+        for variant, metric in sorted(wanted):
+            run = reported.get(variant)
+            if run is not None and run.info.status == "FINISHED" and metric not in run.data.metrics:
+                known = sorted(k for k in run.data.metrics if not k.endswith(("_se", "_n")))
+                return f"variant {variant!r} reports no metric {metric!r} (it reports: {', '.join(known)})"
+        return None
+
+    def _report(self, tracker, sweep_rid: str, study: optuna.Study, status: str, reason: str | None = None) -> None:
         completed = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         tracker.log_metrics(sweep_rid, {"trials_complete": len(completed), "trials_total": len(study.trials)})
-        if completed and len(study.directions) == 1:
+        if completed and len(study.directions) == 1 and status != "KILLED":
             best = study.best_trial
             tracker.log_metrics(sweep_rid, {"best_value": best.value, "best_trial": best.number})
             tracker.set_tags(sweep_rid, {f"best.{k}": v for k, v in best.params.items()})
@@ -151,7 +237,7 @@ class DtlabOptunaSweeper(Sweeper):
             (out / "optimization_results.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(best_cfg)))
             self._plots(tracker, sweep_rid, study)
             log.info(f"best trial {best.number}: value {best.value} with {best.params}")
-        tracker.end(sweep_rid, status)
+        tracker.end(sweep_rid, status, error=reason)
 
     @staticmethod
     def _plots(tracker, sweep_rid: str, study: optuna.Study) -> None:

@@ -1,12 +1,13 @@
-"""evaluate: the claims over the variants' aggregates (paired per seed where a claim asks), and the
-comparison table with standard errors and ratios to the named baseline."""
+"""evaluate: the claims over the variants' aggregates (paired per seed where a claim asks), each with
+its premise where it names one, and the comparison table with standard errors and ratios to the
+named baseline (per sub-study when ``report.baseline`` maps baselines to their variants)."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from components.core.claims import ClaimOutcome, check, referenced_variants
-from pipelines.experiment import ExperimentSpec
+from pipelines.experiment import ExperimentSpec, baseline_of
 from pipelines.outcome import VariantOutcome
 
 TABLE_DEFAULT = 8
@@ -22,9 +23,16 @@ def judge(spec: ExperimentSpec, outcomes: dict[str, VariantOutcome]) -> list[Cla
             named |= referenced_variants(holds) | (referenced_variants(measured) if measured else set())
         absent = sorted(named - set(outcomes))
         if absent:  # excluded by only=... or dropped by debug: not judged
-            claims.append(ClaimOutcome(c.name, c.paper, "n/a", False, c.gate, f"not run: {', '.join(absent)}", skipped=True))
+            claims.append(ClaimOutcome(c.name, c.paper, "n/a", False, c.gate, f"not run: {', '.join(absent)}", skipped=True,
+                                       premise=c.premise))
         else:
-            claims.append(check(c, metrics, seed_metrics))
+            out = check(c, metrics, seed_metrics)
+            premise = c.premise_claim()
+            p_absent = sorted(set().union(*(referenced_variants(e) for _, h, m in premise.expressions()
+                                            for e in (h, m) if e)) - set(outcomes)) if premise else []
+            if p_absent:  # its premise's variants were not run: the premise is unknown, never "not met"
+                out.premise_holds, out.premise_error = None, f"not run: {', '.join(p_absent)}"
+            claims.append(out)
     return claims
 
 
@@ -37,9 +45,9 @@ def comparison(spec: ExperimentSpec, outcomes: dict[str, VariantOutcome]) -> lis
         for m in metrics.values():
             seen += [k for k in m if k not in seen and not k.endswith(("_se", "_n"))]
         table_metrics = seen[:TABLE_DEFAULT]
-    base = spec.report.get("baseline")
     rows = []
     for n, o in outcomes.items():
+        base = baseline_of(spec.report, n)
         row: dict[str, Any] = {"variant": n, "technique": o.technique, "role": o.role, "status": o.status,
                                "seeds": len(o.seeds), "wall_s": round(o.wall_s, 3)}
         mine = metrics.get(n, {})

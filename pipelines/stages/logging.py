@@ -27,17 +27,24 @@ def _loggable(metrics: dict[str, float], n_seeds: int) -> dict[str, float]:
 def log_result(tracker, run_id: str, res: Result, title: str, max_points: int | None, summary: dict,
                wall_s: float, files: bool = True, n_seeds: int = 1) -> None:
     """Log one Result to ``run_id``: final metrics, series (thinned; full ones in series.json),
-    tables, files, summary.json and a series plot."""
+    tables, files, summary.json and the plots: per-step series in plots/series.png, curves over
+    another x (Result.series) in plots/curves.png with that x on the axis, each also as the
+    table ``curves/<name>.json``."""
     metrics = _loggable(res.clean_metrics(), n_seeds)
     metrics["variant_wall_s"] = wall_s
     metrics.setdefault("wall_s", wall_s)  # a technique's own wall_s (e.g. per request) wins
     tracker.log_metrics(run_id, metrics)
-    full = {}
+    full, curves = {}, []
     for name in res.series:
         xs, ys = res.series_xy(name)
+        x_name = getattr(xs, "name", None)
         # a series named like a final metric would overwrite it in MLflow's "latest value" view
-        tracker.log_series(run_id, f"{name}_series" if name in metrics else name, xs, ys, max_points=max_points)
-        full[name] = {"step": xs, "value": ys}
+        tracker.log_series(run_id, f"{name}_series" if name in metrics else name, xs, ys, max_points=max_points,
+                           x_name=x_name)
+        full[name] = {"step": xs, "value": ys} if x_name is None else {"x": x_name, "step": xs, "value": ys}
+        if x_name is not None:
+            curves.append(name)
+            tracker.log_json(run_id, [{x_name: x, name: y} for x, y in zip(xs, ys)], f"curves/{name}.json")
     if full:
         tracker.log_json(run_id, full, "series.json")
     for name, rows in res.tables.items():
@@ -49,16 +56,19 @@ def log_result(tracker, run_id: str, res: Result, title: str, max_points: int | 
             else:
                 tracker.log_bytes(run_id, data, name)
     tracker.log_json(run_id, {**summary, "metrics": metrics, "info": res.info}, "summary.json")
-    if res.series:
-        _series_figure(tracker, run_id, res, title)
+    steps = [n for n in res.series if n not in curves]
+    if steps:
+        _series_figure(tracker, run_id, res, steps[:SERIES_PLOTS], title, "plots/series.png")
+    if curves:
+        _series_figure(tracker, run_id, res, curves, title, "plots/curves.png")
 
 
-def _series_figure(tracker, run_id: str, res: Result, title: str) -> None:
+def _series_figure(tracker, run_id: str, res: Result, names: list[str], title: str, path: str) -> None:
+    """One panel per series, its x axis labelled by what x is ("step" for steps)."""
     import matplotlib.pyplot as plt
 
     from pipelines import plots
 
-    names = list(res.series)[:SERIES_PLOTS]
     fig, axes = plt.subplots(len(names), 1, figsize=(6, 2.3 * len(names)), squeeze=False)
     for ax, name in zip(axes[:, 0], names):
         xs, ys = res.series_xy(name)
@@ -67,10 +77,11 @@ def _series_figure(tracker, run_id: str, res: Result, title: str) -> None:
         if finite and min(finite) > 0 and max(finite) / max(min(finite), 1e-300) > 1e3:
             ax.set_yscale("log")
         ax.set_ylabel(name, fontsize=8)
+        ax.set_xlabel(getattr(xs, "name", None) or "step", fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    tracker.log_figure(run_id, fig, "plots/series.png")
+    tracker.log_figure(run_id, fig, path)
     plots.close(fig)
 
 

@@ -27,6 +27,7 @@ def fake_ray(monkeypatch):
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 4.0})
     monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True}])
     monkeypatch.setattr("components.core.raytools.ensure_auth", lambda mode, create_token=True: mode or "token")
+    monkeypatch.setattr("components.core.ray_watchdog.start", lambda *a, **k: None)  # no session to watch
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     return calls
 

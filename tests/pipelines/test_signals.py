@@ -1,36 +1,18 @@
 """A run ended by SIGTERM or SIGHUP (a `timeout`, a closed terminal, a scheduler) leaves no MLflow
 run RUNNING: its runs end KILLED with the signal named, as with Ctrl-C."""
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
-from mlflow.tracking import MlflowClient
 
-from pipelines.config import ROOT
+from tests.probe_runs import start_probe_run, wait_for_variant_runs
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_ends_every_run_killed(sig, tmp_path):
     # Prepare: a debug probe run whose variants take a minute (the command line wins over debug)
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    cmd = [sys.executable, "-m", "pipelines.cli", "run", "experiment=platform_probe", "debug=true",
-           "experiment.common.probe.seconds=60", "cluster.include_dashboard=false", f"runs_dir={tmp_path}"]
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    client = MlflowClient(tracking_uri=uri)
+    p, client = start_probe_run(tmp_path)
     try:
-        deadline, running = time.time() + 150, []
-        while time.time() < deadline and not running and p.poll() is None:
-            time.sleep(1)
-            try:
-                exp = client.get_experiment_by_name("platform_probe")
-                running = exp and client.search_runs([exp.experiment_id], "tags.`dtlab.kind` = 'variant'")
-            except Exception:  # noqa: BLE001 - the store is being created
-                running = []
-        assert running, f"no variant run started; stderr: {p.stderr.read() if p.poll() is not None else ''}"
+        exp, running = wait_for_variant_runs(p, client)
         # Execute
         p.send_signal(sig)
         rc = p.wait(timeout=120)

@@ -22,6 +22,14 @@ def dtlab(runs_dir, *args, env=None, timeout=600):
                           capture_output=True, text=True, timeout=timeout, env=e, cwd=ROOT)
 
 
+def _study(runs):
+    """The sweep's study: named platform_probe_value-<hash of objective and space>."""
+    storage = f"sqlite:///{runs}/optuna.db"
+    (name,) = optuna.get_all_study_names(storage)
+    assert name.startswith("platform_probe_value-")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
 def test_search_space_mapping():
     space, fixed = parse_space({"lr": "tag(log, interval(1e-4, 1e-1))", "x": "interval(0, 1.5)", "k": "range(1, 9, step=2)",
                                 "opt": "choice(sgd, adam)"}, ["seed=3"])
@@ -43,7 +51,7 @@ def sweep(tmp_path_factory):
 def test_optuna_sweep_records_failures_and_continues(sweep):
     runs, r = sweep
     assert r.returncode == 0, r.stderr[-3000:]
-    study = optuna.load_study(study_name="platform_probe_value", storage=f"sqlite:///{runs}/optuna.db")
+    study = _study(runs)
     states = [t.state for t in study.trials]
     assert len(states) == 5
     assert optuna.trial.TrialState.FAIL in states and optuna.trial.TrialState.COMPLETE in states
@@ -62,7 +70,7 @@ def test_sweep_run_links_trials_and_logs_best(sweep):
     assert len(sweeps) == 1
     s = sweeps[0]
     assert s.info.status == "FINISHED"
-    study = optuna.load_study(study_name="platform_probe_value", storage=f"sqlite:///{runs}/optuna.db")
+    study = _study(runs)
     assert s.data.metrics["best_value"] == pytest.approx(study.best_value)
     arts = {a.path for a in client.list_artifacts(s.info.run_id)} | {a.path for a in client.list_artifacts(s.info.run_id, "plots")}
     assert "best_config.yaml" in arts and "plots/optimization_history.png" in arts
@@ -77,7 +85,7 @@ def test_interrupted_sweep_resumes(sweep):
     r = dtlab(runs, "-m", "experiment=platform_probe", "hparams_search=platform_probe_optuna", "debug=true",
               "hydra/launcher=basic", "hydra.sweeper.n_trials=7")
     assert r.returncode == 0, r.stderr[-3000:]
-    study = optuna.load_study(study_name="platform_probe_value", storage=f"sqlite:///{runs}/optuna.db")
+    study = _study(runs)
     assert len(study.trials) == 7  # 5 from before + 2 new, not 7 new
 
 
@@ -103,3 +111,18 @@ def test_tracking_server_down_fails_fast(tmp_path):
     assert r.returncode == 1
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "unreachable" in lines[0] and f"127.0.0.1:{port}" in lines[0]
+
+
+def test_objective_naming_a_metric_no_variant_reports_stops_at_the_first_trial(tmp_path):
+    # Execute: `value` is reported by the probe, `zz_nometric` is not (a typo in the objective)
+    r = dtlab(tmp_path, "-m", "experiment=platform_probe", "hparams_search=platform_probe_optuna", "debug=true",
+              "hydra/launcher=basic", "hydra.sweeper.n_trials=5", "objective=a.zz_nometric",
+              "hydra.sweeper.params=null", "experiment.variants.a.params.value=interval(0.0,10.0)")
+    # Assert: one trial ran, the sweep run FAILED naming the metric and what the variant reports
+    assert r.returncode != 0
+    assert "reports no metric 'zz_nometric'" in r.stderr, r.stderr[-3000:]
+    assert len(_study(tmp_path).trials) == 1
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    exp = client.get_experiment_by_name("platform_probe")
+    (sweep,) = client.search_runs([exp.experiment_id], "tags.`dtlab.kind` = 'sweep'")
+    assert sweep.info.status == "FAILED" and "zz_nometric" in sweep.data.tags.get("error", "")

@@ -29,6 +29,7 @@ from components.core.result import Result
 from components.data.embeddings import VectorSetParams, exact_knn
 
 TARGETS = (0.90, 0.95, 0.98, 0.99)
+_DC = "distance computations per query"  # the x of the recall curves
 
 
 def _tag(t: float) -> str:
@@ -151,8 +152,8 @@ def run_abs_sweep(p: SweepParams, ctx) -> Result:
     kind = d.get("info", {}).get("kind", "data")
     title = f"{kind} / {p.graph}: recall@{p.k} vs distance computations ({len(q)} queries, seed {ctx.seed})"
     return Result(metrics=m,
-                  series={"beam_recall_vs_dc": ([r["dist_comps"] for r in rows_b], [r["recall"] for r in rows_b]),
-                          "abs_recall_vs_dc": ([r["dist_comps"] for r in rows_a], [r["recall"] for r in rows_a])},
+                  series={"beam_recall_vs_dc": ([r["dist_comps"] for r in rows_b], [r["recall"] for r in rows_b], _DC),
+                          "abs_recall_vs_dc": ([r["dist_comps"] for r in rows_a], [r["recall"] for r in rows_a], _DC)},
                   tables={"sweep": rows_b + rows_a},
                   info={"graph": p.graph, "data": d.get("info", {}), "graph_info": g.info},
                   files={f"plots/pareto_{kind}_{p.graph}.png": pareto.pareto_png(curves, title)})
@@ -205,7 +206,7 @@ def run_faiss_hnsw(p: FaissParams, ctx) -> Result:
     for t in TARGETS:
         m[f"faiss_dc_{_tag(t)}"] = pareto.cost_at(c, r, t)
         m[f"faiss_qps_{_tag(t)}"] = pareto.value_at(c, r, v, t)
-    return Result(metrics=m, series={"faiss_recall_vs_dc": (c, r)}, tables={"ef_sweep": rows},
+    return Result(metrics=m, series={"faiss_recall_vs_dc": (c, r, _DC)}, tables={"ef_sweep": rows},
                   info={"threads": 1})
 
 
@@ -252,4 +253,4 @@ def run_abs_navigable(p: NavigableParams, ctx) -> Result:
          "max_ratio_over_bound": max((r["max_kth_ratio"] / r["bound"] for r in approx), default=0.0),
          "recall_gamma0": next((r["recall"] for r in rows if r["gamma"] == 0), math.nan)}
     return Result(metrics=m, tables={"gammas": rows}, series={"recall_vs_gamma": ([r["gamma"] for r in rows],
-                                                                                  [r["recall"] for r in rows])})
+                                                                                  [r["recall"] for r in rows], "gamma")})

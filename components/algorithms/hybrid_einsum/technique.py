@@ -292,10 +292,10 @@ def run_einsum_gap(p: GapParams, ctx) -> Result:
     last = max(ok_c, key=lambda r: r["n"]) if ok_c else None
     if last is not None:
         m["coo_s_at_largest_n"] = last["coo_s"]
-    series = {"dense_s": ([r["n"] for r in ok_d], [r["dense_s"] for r in ok_d]),
-              "coo_s": ([r["n"] for r in ok_c], [r["coo_s"] for r in ok_c]),
+    series = {"dense_s": ([r["n"] for r in ok_d], [r["dense_s"] for r in ok_d], "n"),
+              "coo_s": ([r["n"] for r in ok_c], [r["coo_s"] for r in ok_c], "n"),
               "hybrid_s": ([r["n"] for r in rows if r["hybrid_status"] == "ok"],
-                           [r["hybrid_s"] for r in rows if r["hybrid_status"] == "ok"])}
+                           [r["hybrid_s"] for r in rows if r["hybrid_status"] == "ok"], "n")}
     return Result(metrics=m, series=series, tables={"gap": rows}, files={f"plots/gap_{p.family}.png": _gap_png(rows, p.family)})
 
 

@@ -100,7 +100,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, lr: float
     epoch. Deterministic given ``seed`` (batch order, augmentation)."""
     require(loss in ("ce", "gatekeeper"), "loss", loss, "ce or gatekeeper")
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    xt, yt = torch.tensor(x), torch.tensor(y)  # copies: Ray hands prepared arrays over read-only
     g = torch.Generator().manual_seed(seed)
     model.train()
     history = []
@@ -126,7 +126,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int, lr: float
 @torch.no_grad()
 def logits_of(model: nn.Module, x: np.ndarray) -> np.ndarray:
     model.eval()
-    return model(torch.from_numpy(x)).numpy()
+    return model(torch.tensor(x)).numpy()  # a copy: ``x`` may be a read-only array from Ray
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:

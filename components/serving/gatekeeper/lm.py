@@ -129,7 +129,8 @@ class LMCascadeParams:
                 "untuned, ce_continued or gatekeeper")
         require(0 < self.alpha < 1, "alpha", self.alpha, "a weight in (0, 1)")
         require(self.steps >= 1 and self.batch >= 1 and self.lr > 0, "steps", self.steps, "positive steps, batch, lr")
-        require(self.n_val >= 10 and self.n_test >= 10, "n_val", (self.n_val, self.n_test), "at least 10 problems each")
+        require(self.n_val >= 10, "n_val", self.n_val, "at least 10 problems")
+        require(self.n_test >= 10, "n_test", self.n_test, "at least 10 problems")
         require(self.seq_conf in ("mean", "min"), "seq_conf", self.seq_conf, "mean or min")
         require(self.ratios and all(0 < r < 1 for r in self.ratios), "ratios", self.ratios, "deferral ratios in (0, 1)")
 

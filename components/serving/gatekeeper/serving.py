@@ -24,7 +24,7 @@ import torch
 from pydantic import Field
 from ray import serve
 
-from components.serving.app import TINY_REPLICA, BoundedModel, make_api
+from components.serving.app import TINY_REPLICA, BoundedModel, RequestModel, make_api
 from components.serving.cost import Usage
 from components.serving.gatekeeper import digits as D
 
@@ -34,7 +34,7 @@ Image = Annotated[list[Pixel], Field(min_length=64, max_length=64)]
 MAX_BODY_BYTES = MAX_IMAGES * 64 * 24 + 1024     # generous for 64 images of JSON floats
 
 
-class DigitsRequest(BoundedModel):
+class DigitsRequest(RequestModel):
     images: list[Image] = Field(min_length=1, max_length=MAX_IMAGES)
 
 

@@ -22,8 +22,9 @@ from components.serving.gatekeeper.metrics import CascadeReport
 def curve_result(m: dict, rep: CascadeReport, info: dict, title: str) -> Result:
     """The arm's metrics, its deferral curves (real, random, ideal) as series and as a plot."""
     r = rep.curves["r"].tolist()
-    series = {"acc_vs_deferral": (r, rep.curves["real"].tolist()), "acc_random": (r, rep.curves["random"].tolist()),
-              "acc_ideal": (r, rep.curves["ideal"].tolist())}
+    series = {"acc_vs_deferral": (r, rep.curves["real"].tolist(), "deferral ratio"),
+              "acc_random": (r, rep.curves["random"].tolist(), "deferral ratio"),
+              "acc_ideal": (r, rep.curves["ideal"].tolist(), "deferral ratio")}
     return Result(metrics=m, series=series, info=info, files={"plots/deferral_curves.png": curve_png(rep, title)})
 
 
@@ -121,7 +122,7 @@ def run_alpha_sweep(p: SweepParams, ctx) -> Result:
     metrics.update({f"best_{k}": rows[best][k] for k in ("s_d", "s_o", "small_acc", "joint_acc_r20")})
     metrics["best_alpha"] = float(p.alphas[best])
     return Result(metrics=metrics,
-                  series={"s_d_vs_alpha": (list(p.alphas), sd), "small_acc_vs_alpha": (list(p.alphas), acc)},
+                  series={"s_d_vs_alpha": (list(p.alphas), sd, "alpha"), "small_acc_vs_alpha": (list(p.alphas), acc, "alpha")},
                   tables={"per_alpha": [r | {"val_s_d": v} for r, v in zip(rows, val_sd)]},
                   info={"alphas": list(p.alphas), "selected": p.alphas[best]},
                   files={"plots/alpha_tradeoff.png": tradeoff_figure(p.alphas, sd, None, acc, None)})

@@ -72,7 +72,7 @@ class ArnoldParams:
         require(1 <= self.bg_job_min <= self.bg_job_max, "bg_job_min", self.bg_job_min, "1 <= bg_job_min <= bg_job_max")
         require(self.time_limit_s > 0, "time_limit_s", self.time_limit_s, "a positive number of seconds")
         free = topo.n - int(round(max(self.busy) * topo.n))
-        require(self.dp * self.pp <= free, "dp", f"{self.dp}x{self.pp}={self.dp * self.pp} nodes",
+        require(self.dp * self.pp <= free, "dp x pp", f"{self.dp}x{self.pp}={self.dp * self.pp} nodes",
                 f"a job that fits the free capacity: {free} of {topo.n} nodes free at busy={max(self.busy)}")
         lookup("placement_policy", self.policy, "policy")
         if self.mode == "actors":

@@ -52,7 +52,8 @@ class MozartParams:
         w = Wafer.from_config(self.hardware, "hardware")
         if self.trace != "tiny_moe":
             check_divisible(m, w)
-            require(m.experts % self.topics == 0, "topics", self.topics, f"a divisor of model.experts={m.experts}")
+            require(self.topics >= 1 and m.experts % self.topics == 0, "topics", self.topics,
+                    f"a divisor of model.experts={m.experts}")
         require(0 <= self.planted_p <= 1, "planted_p", self.planted_p, "a probability")
         lookup("allocation_policy", self.placement, "placement")
         require(self.balance_eps >= 0, "balance_eps", self.balance_eps, "a non-negative slack")
@@ -163,7 +164,7 @@ def simulate(p: MozartParams, m: MoEShape, traces: list, ctx) -> Result:
         files["plots/streaming_timeline.png"] = timelines(timeline)
         files["plots/chunk_sweep.png"] = chunk_sweep(p.chunk_sweep, {"this config": curve})
     return Result(metrics=metrics,
-                  series={"layer_time_vs_chunks": (p.chunk_sweep, curve)},
+                  series={"layer_time_vs_chunks": (p.chunk_sweep, curve, "chunks")},
                   info={"model": {**p.model, "experts": m.experts, "top_k": m.top_k}, "hardware": {k: getattr(w, k) for k in Wafer.__dataclass_fields__},
                         "network": net.describe(), "placement": p.placement, "schedule": p.schedule, "chunks": p.chunks},
                   files=files)

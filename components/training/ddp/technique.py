@@ -58,7 +58,8 @@ class DPParams:
         require(0 <= self.final_lr_frac <= 1, "final_lr_frac", self.final_lr_frac, "a fraction in [0, 1]")
         check_codec(self.bits, self.bucket)
         require(self.eval_every >= 0, "eval_every", self.eval_every, "0 or a positive interval")
-        require(self.eval_batches >= 1 and self.final_eval_batches >= 1, "eval_batches", self.eval_batches, "positive")
+        require(self.eval_batches >= 1, "eval_batches", self.eval_batches, "a positive number of batches")
+        require(self.final_eval_batches >= 1, "final_eval_batches", self.final_eval_batches, "a positive number of batches")
         require(self.powersgd_rank >= 1, "powersgd_rank", self.powersgd_rank, "a positive rank")
         require(self.timeout_s >= 5, "timeout_s", self.timeout_s, "at least 5 seconds")
         require(self.fail_at is None or (len(self.fail_at) == 2 and 0 <= self.fail_at[0] < self.workers),

@@ -184,7 +184,8 @@ class GridParams:
     def check(self):
         require(1 < self.kappa_min < self.kappa_max, "kappa_min", self.kappa_min, "1 < kappa_min < kappa_max")
         require(0 < self.eps_min < self.eps_max < 1, "eps_min", self.eps_min, "0 < eps_min < eps_max < 1")
-        require(self.n_kappa >= 2 and self.n_eps >= 2, "n_kappa", self.n_kappa, "grid sizes >= 2")
+        require(self.n_kappa >= 2, "n_kappa", self.n_kappa, "a grid size >= 2")
+        require(self.n_eps >= 2, "n_eps", self.n_eps, "a grid size >= 2")
 
 
 @technique("ef_theory_grid", family="training", params=GridParams,

@@ -1,0 +1,418 @@
+"""`dtlab scoreboard`: every experiment's claims in one table, read from MLflow.
+
+One row per claim of every experiment (conf/experiment/*.yaml): the paper's figure, the measured
+figure (with ± SE where it is a mean over seeds), holds / fails / premise not met / not run, the
+code version (``git.commit`` + ``git.dirty`` of the parent run) and date of the latest tuned parent
+run, a DEBUG marker for debug runs, and the off-tuned outcome (the newest run of each robustness
+perturbation) beside it. The same table goes to runs/reports/scoreboard.html (with each
+experiment's plots and a per-claim history sparkline over code versions) and, as an MLflow table
+artifact, to a ``scoreboard`` run in the ``dtlab-scoreboard`` experiment.
+
+    dtlab scoreboard [--family F] [--experiment E] [--status S] [--json] [--no-mlflow] [KEY=VALUE ...]
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from components.core.claims import STATUSES, ClaimOutcome, outcome_status
+from components.core.runs_query import parent_history, robustness_label
+from pipelines.preflight import _die
+
+SCOREBOARD_EXPERIMENT = "dtlab-scoreboard"
+TUNED = "tuned"
+HISTORY_VERSIONS = 12          # code versions a sparkline shows (the newest)
+USAGE = __doc__.split("\n\n", 1)[1]
+_FIELDS = {f.name for f in dataclasses.fields(ClaimOutcome)}
+_NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf")
+
+
+def claim_outcomes(raw: list[dict]) -> list[ClaimOutcome]:
+    """claims.json back into outcomes; keys a newer or older version wrote are tolerated."""
+    return [ClaimOutcome(**{k: v for k, v in c.items() if k in _FIELDS}) for c in raw]
+
+
+def code_version(run) -> str:
+    """Short commit, ``+dirty`` for a checkout with uncommitted changes; "unknown" without tags."""
+    tags = run.data.tags
+    commit = tags.get("git.commit") or "unknown"
+    short = commit[:10] if commit != "unknown" else commit
+    return short + ("+dirty" if tags.get("git.dirty") == "true" else "")
+
+
+def first_number(text: str) -> float | None:
+    """The first figure in a measured text (what a sparkline plots), None when there is none."""
+    for m in _NUM.finditer(text or ""):
+        try:
+            v = float(m.group(0))
+        except ValueError:
+            continue
+        if math.isfinite(v):
+            return v
+    return None
+
+
+def _experiment_configs() -> dict[str, dict]:
+    from omegaconf import OmegaConf
+
+    from pipelines.config import CONF_DIR
+
+    out = {}
+    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+        out[path.stem] = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    return out
+
+
+class _Artifacts:
+    """claims.json per run, read once."""
+
+    def __init__(self, client):
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        self.client, self._claims = client, {}
+
+    def claims(self, run_id: str) -> list[ClaimOutcome]:
+        if run_id not in self._claims:
+            from pipelines.compare import _read_artifact
+
+            self._claims[run_id] = claim_outcomes(json.loads(_read_artifact(self.client, run_id, "claims.json") or b"[]"))
+        return self._claims[run_id]
+
+
+def _history(runs: list, name: str, art: _Artifacts) -> list[dict]:
+    """One point per code version (its newest run), oldest first: status and first measured figure."""
+    newest_per_version: dict[str, Any] = {}
+    for r in runs:  # newest first; a run without claims.json (killed before its report) is no point
+        if art.claims(r.info.run_id):
+            newest_per_version.setdefault(code_version(r), r)
+        if len(newest_per_version) >= HISTORY_VERSIONS:
+            break
+    points = []
+    for version, r in reversed(list(newest_per_version.items())):
+        c = next((c for c in art.claims(r.info.run_id) if c.name == name), None)
+        points.append({"version": version, "date": _date(r), "status": outcome_status(c) if c else "not run",
+                       "measured": c.measured if c else "", "value": first_number(c.measured) if c else None,
+                       "debug": r.data.tags.get("debug") == "True"})
+    return points
+
+
+def _date(run) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(run.info.start_time / 1000))
+
+
+def collect(client, experiments: list[str] | None = None, family: str | None = None,
+            status: str | None = None) -> tuple[list[dict], dict[str, Any]]:
+    """(rows, latest tuned parent run per experiment: the newest ended one with claims.json, FAILED
+    included, since its claims were judged). A claim the YAML names but no run judged is "not run";
+    an experiment never run shows every claim "not run"."""
+    configs = _experiment_configs()
+    histories = {h.experiment.name: h for h in parent_history(client)}
+    names = sorted(set(configs) | set(histories))
+    if experiments:
+        unknown = [e for e in experiments if e not in names]
+        if unknown:
+            raise ValueError(f"--experiment {unknown[0]!r}: one of " + ", ".join(names))
+        names = [n for n in names if n in experiments]
+    art = _Artifacts(client)
+    rows, latest = [], {}
+    for exp in names:
+        cfg = configs.get(exp, {})
+        hist = histories.get(exp)
+        runs = hist.runs if hist else []
+        tuned = [r for r in runs if robustness_label(r) in ("", TUNED)]
+        # the newest tuned run that judged its claims (one killed before its report has no claims.json)
+        run = next((r for r in tuned if art.claims(r.info.run_id)), None)
+        fam = (run.data.tags.get("family") if run else None) or str(cfg.get("family", ""))
+        if family and fam != family:
+            continue
+        perturbed: dict[str, Any] = {}
+        for r in runs:
+            label = robustness_label(r)
+            if label not in ("", TUNED):
+                perturbed.setdefault(label, r)
+        claims = art.claims(run.info.run_id) if run else []
+        by_name = {c.name: c for c in claims}
+        yaml_claims = cfg.get("claims") or {}
+        order = list(dict.fromkeys([*yaml_claims, *by_name]))
+        if run is not None:
+            latest[exp] = run
+        for name in order:
+            c, y = by_name.get(name), yaml_claims.get(name) or {}
+            row = {
+                "experiment": exp, "family": fam, "claim": name, "gate": bool(c.gate if c else y.get("gate", True)),
+                "paper": (c.paper if c and c.paper else str(y.get("paper", ""))),
+                "measured_label": str(y.get("measured") or y.get("holds") or ""),
+                "measured": (c.measured_pm or c.measured) if c else "",
+                "status": outcome_status(c) if c else "not run",
+                "premise": c.premise if c and c.premise else str(y.get("premise") or ""),
+                "premise_holds": c.premise_holds if c else None,
+                "premise_measured": c.premise_measured if c else "",
+                "error": c.error if c else "",
+                "code_version": code_version(run) if run else "",
+                "git_commit": run.data.tags.get("git.commit", "") if run else "",
+                "git_dirty": run.data.tags.get("git.dirty", "") if run else "",
+                "date": _date(run) if run else "", "debug": bool(run and run.data.tags.get("debug") == "True"),
+                "run_id": run.info.run_id if run else "", "run_name": run.info.run_name if run else "",
+                "off_tuned": _off_tuned(name, perturbed, art),
+                "history": _history(tuned, name, art) if tuned else [],
+            }
+            rows.append(row)
+    if status:
+        rows = [r for r in rows if r["status"] == status]
+    return rows, latest
+
+
+def _off_tuned(name: str, perturbed: dict[str, Any], art: _Artifacts) -> dict:
+    """Per perturbation (its newest run) the claim's status, and how many of the judged ones hold."""
+    per = {}
+    for label, r in sorted(perturbed.items()):
+        c = next((c for c in art.claims(r.info.run_id) if c.name == name), None)
+        per[label] = {"status": outcome_status(c) if c else "not run", "measured": c.measured if c else "",
+                      "code_version": code_version(r), "debug": r.data.tags.get("debug") == "True"}
+    judged = [p for p in per.values() if p["status"] != "not run"]
+    return {"perturbations": per, "held": sum(p["status"] == "holds" for p in judged), "judged": len(judged)}
+
+
+def off_tuned_text(off: dict) -> str:
+    """"2/3 hold · slow_link: fails": the count, then each perturbation where it does not hold."""
+    if not off["perturbations"]:
+        return ""
+    return f"{off['held']}/{off['judged']} hold" + "".join(
+        f" · {k}: {v['status']}" for k, v in off["perturbations"].items() if v["status"] != "holds")
+
+
+# ----------------------------------------------------------------------------------------- output
+_STYLE = {"holds": "green", "fails": "red", "premise not met": "yellow", "not run": "dim"}
+_COLOR = {"holds": "#1a7f37", "fails": "#c62828", "premise not met": "#b26a00", "not run": "#999"}
+
+
+def print_table(rows: list[dict], console) -> None:
+    """One table per experiment that ran (titled with its code version, date, DEBUG marker), then a
+    line naming the experiments never run; the totals count gated claims."""
+    from rich.table import Table
+
+    gated = [r for r in rows if r["gate"] and r["status"] != "not run"]
+    counts = " · ".join(f"{sum(r['status'] == s for r in gated)} {s}" for s in STATUSES[:3])
+    console.print(f"[bold]dtlab scoreboard[/]: {len(gated)} gated claims judged: {counts}")
+    never = []
+    for exp in dict.fromkeys(r["experiment"] for r in rows):
+        mine = [r for r in rows if r["experiment"] == exp]
+        if not mine[0]["run_id"]:
+            never.append(f"{exp} ({len(mine)})")
+            continue
+        r0 = mine[0]
+        t = Table(title=f"{exp} · {r0['code_version']} · {r0['date']} UTC" + (" · [bold magenta]DEBUG[/]" if r0["debug"] else ""),
+                  show_lines=True, title_justify="left")
+        t.add_column("claim", no_wrap=True)
+        t.add_column("status", no_wrap=True)
+        t.add_column("measured", ratio=2)
+        t.add_column("paper", ratio=2)
+        if any(r["off_tuned"]["perturbations"] for r in mine):
+            t.add_column("off-tuned", ratio=1)
+        for r in mine:
+            mark = f"[{_STYLE[r['status']]}]{r['status']}[/]" + ("" if r["gate"] else "\n[dim](control)[/]")
+            measured = f"{r['measured']}\n[dim]{r['measured_label']}[/]" if r["measured"] else "[dim]–[/]"
+            if r["premise"]:
+                p = {True: "met", False: "NOT MET", None: "unknown"}[r["premise_holds"]]
+                measured += (f"\n[dim]premise {p}: {r['premise']}"
+                             + (f" = {r['premise_measured']}" if r["premise_measured"] else "") + "[/]")
+            cells = [r["claim"], mark, measured, r["paper"]]
+            if len(t.columns) > 4:
+                cells.append(off_tuned_text(r["off_tuned"]))
+            t.add_row(*cells)
+        console.print(t)
+    if never:
+        console.print("[dim]not run (claims): " + ", ".join(never) + "[/]")
+
+
+def sparkline(points: list[dict], width: int = 140, height: int = 28) -> str:
+    """Inline SVG: one dot per code version coloured by status, a line through the measured figures."""
+    if not points:
+        return ""
+    n = len(points)
+    xs = [6 + (width - 12) * (i / (n - 1) if n > 1 else 0.5) for i in range(n)]
+    vals = [p["value"] for p in points]
+    known = [v for v in vals if v is not None]
+    lo, hi = (min(known), max(known)) if known else (0.0, 1.0)
+    span = (hi - lo) or 1.0
+    ys = [height - 6 - (height - 12) * ((v - lo) / span) if v is not None else height / 2 for v in vals]
+    parts = [f"<svg class='spark' width='{width}' height='{height}' viewBox='0 0 {width} {height}' "
+             f"xmlns='http://www.w3.org/2000/svg'>"]
+    line = [f"{x:.1f},{y:.1f}" for x, y, v in zip(xs, ys, vals) if v is not None]
+    if len(line) > 1:
+        parts.append(f"<polyline fill='none' stroke='#888' stroke-width='1' points='{' '.join(line)}'/>")
+    for x, y, p in zip(xs, ys, points):
+        tip = html.escape(f"{p['version']} {p['date']}{' DEBUG' if p['debug'] else ''}: {p['status']} · {p['measured']}")
+        parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3.5' fill='{_COLOR[p['status']]}'><title>{tip}</title></circle>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_html(rows: list[dict], plots: dict[str, list[tuple[str, bytes]]], path: Path, uri: str) -> Path:
+    e = html.escape
+    out = ["<!doctype html><meta charset='utf-8'><title>dtlab scoreboard</title><style>"
+           "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+           "td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px;vertical-align:top}th{background:#f3f3f3}"
+           ".holds{color:#1a7f37;font-weight:bold}.fails{color:#c62828;font-weight:bold}"
+           ".premise-not-met{color:#b26a00;font-weight:bold}.not-run{color:#999}.debug{color:#a0a;font-weight:bold}"
+           "code{font-size:12px;color:#555}img.plot{max-width:560px;margin:4px;border:1px solid #eee}</style>",
+           f"<h1>dtlab scoreboard</h1><p>Tracking store: <code>{e(uri)}</code> · written "
+           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}</p>",
+           "<table id='scoreboard'><tr><th>experiment</th><th>claim</th><th>status</th><th>paper</th>"
+           "<th>measured</th><th>off-tuned</th><th>history (per code version)</th><th>code</th><th>date</th></tr>"]
+    never: dict[str, int] = {}
+    for r in rows:
+        if not r["run_id"]:  # an experiment never run: one line under the table, not a row per claim
+            never[r["experiment"]] = never.get(r["experiment"], 0) + 1
+            continue
+        cls = r["status"].replace(" ", "-")
+        premise = ""
+        if r["premise"]:
+            p = {True: "met", False: "not met", None: "unknown"}[r["premise_holds"]] if r["status"] != "not run" else "(not run)"
+            premise = f"<br><small>premise {p}: <code>{e(r['premise'])}</code> {e(r['premise_measured'])}</small>"
+        out.append(
+            f"<tr class='row row-{cls}'><td>{e(r['experiment'])}</td><td>{e(r['claim'])}"
+            f"{'' if r['gate'] else ' <small>(control)</small>'}</td><td class='{cls}'>{e(r['status'])}</td>"
+            f"<td>{e(r['paper'])}</td><td><code>{e(r['measured_label'])}</code><br>{e(r['measured'])}{premise}</td>"
+            f"<td>{e(off_tuned_text(r['off_tuned']))}</td><td>{sparkline(r['history'])}</td>"
+            f"<td>{e(r['code_version'])}{' <span class=debug>DEBUG</span>' if r['debug'] else ''}</td>"
+            f"<td>{e(r['date'])}</td></tr>")
+    out.append("</table>")
+    if never:
+        out.append("<p class='not-run'>Not run yet (claims): " + ", ".join(f"{e(k)} ({v})" for k, v in never.items()) + "</p>")
+    for exp, pngs in plots.items():
+        if not pngs:
+            continue
+        out.append(f"<h2 id='plots-{e(exp)}'>{e(exp)}</h2><div class='plots'>")
+        for name, data in pngs:
+            out.append(f"<figure style='display:inline-block'><img class='plot' alt='{e(name)}' "
+                       f"src='data:image/png;base64,{base64.b64encode(data).decode()}'><figcaption>{e(name)}</figcaption></figure>")
+        out.append("</div>")
+    # the browser reports what it drew (a screenshot test waits for this line)
+    out.append("<p id='render-status'></p><script>window.addEventListener('load', () => {"
+               "const im = [...document.querySelectorAll('img.plot')];"
+               "const ok = im.filter(i => i.complete && i.naturalWidth > 0).length;"
+               "document.getElementById('render-status').textContent = "
+               "`plots rendered: ${ok}/${im.length} · sparklines: ${document.querySelectorAll('svg.spark').length}`;"
+               "});</script>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(out))
+    return path
+
+
+def table_columns(rows: list[dict]) -> dict[str, list]:
+    """The flat table logged to MLflow (one column per field; nested fields as text)."""
+    cols = ["experiment", "family", "claim", "gate", "status", "paper", "measured_label", "measured", "premise",
+            "premise_holds", "code_version", "git_commit", "git_dirty", "date", "debug", "run_id"]
+    data = {c: [r[c] if not isinstance(r[c], (dict, list)) else json.dumps(r[c]) for r in rows] for c in cols}
+    data["premise_holds"] = ["" if v is None else str(v) for v in data["premise_holds"]]
+    data["off_tuned"] = [off_tuned_text(r["off_tuned"]) for r in rows]
+    return data
+
+
+def log_to_mlflow(client, rows: list[dict], html_path: Path | None) -> str:
+    """A ``scoreboard`` run (tag dtlab.kind=scoreboard) holding the table as an MLflow table artifact."""
+    from mlflow.entities import Metric
+
+    from components.core.provenance import reproducibility_tags
+
+    exp = client.get_experiment_by_name(SCOREBOARD_EXPERIMENT)
+    exp_id = exp.experiment_id if exp else client.create_experiment(SCOREBOARD_EXPERIMENT)
+    run = client.create_run(exp_id, run_name=f"scoreboard-{time.strftime('%Y%m%d-%H%M%S')}",
+                            tags={"dtlab.kind": "scoreboard", **reproducibility_tags()})
+    rid = run.info.run_id
+    try:
+        client.log_table(rid, data=table_columns(rows), artifact_file="scoreboard.json")
+        counts = {s: sum(r["status"] == s for r in rows if r["gate"]) for s in STATUSES}
+        now = int(time.time() * 1000)
+        client.log_batch(rid, metrics=[Metric(f"claims.{s.replace(' ', '_')}", v, now, 0) for s, v in counts.items()])
+        if html_path is not None:
+            client.log_artifact(rid, str(html_path))
+        client.set_terminated(rid, "FINISHED")
+    except BaseException:
+        client.set_terminated(rid, "FAILED")
+        raise
+    return rid
+
+
+def scoreboard(uri: str, out_dir: str | Path, experiments: list[str] | None = None, family: str | None = None,
+               status: str | None = None, console=None, as_json: bool = False, mlflow_run: bool = True) -> dict:
+    """Collect, print (or JSON), write the HTML page and log the MLflow table; what was written."""
+    from mlflow.tracking import MlflowClient
+
+    from pipelines.compare import _pngs
+
+    client = MlflowClient(tracking_uri=uri)
+    rows, latest = collect(client, experiments, family, status)
+    if as_json:
+        print(json.dumps(rows, indent=1, default=str))
+    elif console is not None:
+        print_table(rows, console)
+    shown = dict.fromkeys(r["experiment"] for r in rows)
+    plots = {exp: _pngs(client, latest[exp].info.run_id) for exp in shown if exp in latest}
+    path = write_html(rows, plots, Path(out_dir) / "scoreboard.html", uri)
+    run_id = log_to_mlflow(client, rows, path) if mlflow_run else ""
+    return {"rows": rows, "html": str(path), "mlflow_run_id": run_id}
+
+
+def parse_args(args: list[str]) -> dict:
+    """Flags (``--family F``, ``--experiment E[,E]``, ``--status S``, ``--json``, ``--no-mlflow``) and
+    config overrides (``runs_dir=...``, ``tracking=...``)."""
+    opts: dict[str, Any] = {"family": None, "experiments": [], "status": None, "json": False, "mlflow": True,
+                            "overrides": []}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        flag, _, inline = a.partition("=") if a.startswith("--") else (a, "", "")
+        if flag in ("--family", "--experiment", "--status"):
+            value = inline or (args[i + 1] if i + 1 < len(args) else "")
+            if not inline:
+                i += 1
+            if not value:
+                _die(f"{flag}: a value (e.g. {flag} NAME)")
+            if flag == "--family":
+                opts["family"] = value
+            elif flag == "--experiment":
+                opts["experiments"] += [v for v in value.split(",") if v]
+            else:
+                value = value.replace("-", " ").replace("_", " ")
+                if value not in STATUSES:
+                    _die(f"--status={value!r}: one of " + ", ".join(STATUSES))
+                opts["status"] = value
+        elif a == "--json":
+            opts["json"] = True
+        elif a == "--no-mlflow":
+            opts["mlflow"] = False
+        elif "=" in a and not a.startswith("-"):
+            opts["overrides"].append(a)
+        else:
+            _die(f"scoreboard: unknown argument {a!r}; see dtlab scoreboard --help")
+        i += 1
+    return opts
+
+
+def cmd_scoreboard(args: list[str]) -> None:
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE)
+        return
+    from rich.console import Console
+
+    from pipelines.cli import _tracking_uri
+
+    opts = parse_args(args)
+    uri, _, cfg = _tracking_uri(opts["overrides"])
+    try:
+        out = scoreboard(uri, os.path.join(cfg["runs_dir"], "reports"), opts["experiments"] or None, opts["family"],
+                         opts["status"], console=Console(), as_json=opts["json"], mlflow_run=opts["mlflow"])
+    except ValueError as e:
+        _die(str(e))
+    if not opts["json"]:
+        print(f"HTML scoreboard: {out['html']}" + (f" · MLflow run {out['mlflow_run_id']} in experiment "
+                                                     f"{SCOREBOARD_EXPERIMENT}" if out["mlflow_run_id"] else ""))
