@@ -119,3 +119,9 @@ def test_sigkilled_dtlab_run_leaves_no_ray_process(tmp_path):
     assert decoy.poll() is None
     _kill(decoy)
     assert all(psutil.pid_exists(b) for b in bystanders)
+    # ... and the runs it left RUNNING end FAILED at the next stale-run check ("driver gone")
+    from components.core.provenance import mark_stale
+
+    assert mark_stale(client)
+    assert [r.info.status for r in client.search_runs([client.get_experiment_by_name("platform_probe").experiment_id])
+            if r.info.status == "RUNNING"] == []

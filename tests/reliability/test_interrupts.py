@@ -74,6 +74,12 @@ def _dtlab(runs, *args):
     return [sys.executable, "-m", "pipelines.cli", "run", *args, "cluster.include_dashboard=false"], env
 
 
+def _interruptible():
+    """In the child before exec: Ctrl-C acts even when this suite runs as a background job, whose
+    children inherit SIGINT ignored (Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(pred, p, timeout=180):
     deadline = time.time() + timeout
     while time.time() < deadline and p.poll() is None:
@@ -101,7 +107,8 @@ SWEEP = ["-m", "experiment=platform_probe", "hparams_search=platform_probe_optun
 def test_signalled_sweep_kills_its_runs_and_resumes_to_n_trials(sig, tmp_path):
     # Prepare: a sweep whose trials take seconds; signal it once a trial completed and another runs
     cmd, env = _dtlab(tmp_path, *SWEEP, "experiment.common.probe.seconds=4")
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_interruptible)
     try:
         ok = _wait_for(lambda: (s := _study(tmp_path)) is not None and len(s.trials) >= 2
                        and any(t.state == S.COMPLETE or t.state == S.FAIL for t in s.trials), p)
@@ -150,7 +157,8 @@ def test_signalled_ray_multirun_kills_every_open_run(sig, tmp_path):
     # Prepare: two jobs as Ray tasks whose variants take a minute
     cmd, env = _dtlab(tmp_path, "-m", "experiment=platform_probe", "debug=true", "experiment.seeds=[0],[1]",
                       "experiment.common.probe.seconds=60")
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_interruptible)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
 
     def variants_running():  # both jobs' parent runs open, and a variant running
