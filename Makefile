@@ -35,7 +35,7 @@ demo: install
 	@echo "Compare runs:   $(VENV)/bin/dtlab compare    (every claim: dtlab scoreboard; off-tune: dtlab robustness experiment=NAME)"
 
 test: install
-	$(PY) -m pytest -q -m "not slow" --timeout=900 tests
+	$(PY) -m pytest -q -m "not slow" --timeout=900 --durations=25 tests
 
 bench: install
 	$(PY) -m pytest -q -m slow --timeout=3600 tests

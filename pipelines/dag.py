@@ -28,7 +28,7 @@ from pathlib import Path
 from components.core.tracker import Tracker, resolve_tracking_uri
 from pipelines.experiment import ExperimentSpec, build_spec, overridden_keys
 from pipelines.outcome import PARENT_TAG, RunOutcome, VariantOutcome, error_text  # noqa: F401 - re-exported
-from pipelines.stages.evaluate import comparison, judge
+from pipelines.stages.evaluate import comparison, judge, reach
 from pipelines.stages.execute import execute
 from pipelines.stages.logging import to_yaml
 from pipelines.stages.prepare import prepare, prepare_local  # noqa: F401 - prepare_local is public
@@ -213,6 +213,7 @@ def _run(cfg: dict, console, reinstall_signals) -> RunOutcome:
                            max_parallel=spec.max_parallel)
         timings["execute_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        reach(spec, outcomes, tracker)
         claims, rows = judge(spec, outcomes), comparison(spec, outcomes)
         report(spec, outcomes, claims, rows, tracker, parent_id)
         timings["report_s"] = time.perf_counter() - t0

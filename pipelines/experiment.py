@@ -14,6 +14,7 @@ An experiment config (conf/experiment/NAME.yaml) holds::
     report:    {baseline: vname | {baseline_vname: [vname, ...]},        # a mapping: one per sub-study
                 table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
     robustness: {perturbation: [hydra override, ...]}  # off-tuned re-checks (`dtlab robustness`)
+    reach:     {metric: {series: curve, target: variant.metric, below: true}}   # time to a target
     debug:     {dotted.key: value}    # the tiny flavour (merged deeply); variants.X: null drops X
 
 :func:`build_spec` turns that into an :class:`ExperimentSpec` (every params block parsed once,
@@ -35,7 +36,7 @@ from components.core.registry import get_prepare_step, get_technique
 
 ROLES = ("technique", "baseline", "control")
 _TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "axes", "prepare", "common", "variants", "claims",
-             "report", "debug", "robustness"}
+             "report", "debug", "robustness", "reach"}
 _VARIANT_KEYS = {"technique", "role", "params", "seeds", "inputs", "over"}
 _CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least", "premise", "premise_measured"}
 PLOT_KINDS = ("series", "bar", "scatter")
@@ -72,6 +73,25 @@ class PrepareSpec:
 
 
 @dataclass
+class Reach:
+    """A derived metric: the x at which a variant's curve first reaches another variant's figure
+    (simulated time to the dense run's final loss). Computed per seed after execute, the target
+    read from the same seed of the target variant, so that claims can pair it; inf if never."""
+    name: str          # the metric it adds to every variant whose result has the curve
+    series: str        # a curve logged as (xs, ys, x name): xs = what is reached in (sim seconds, tokens)
+    target: str        # variant.metric
+    below: bool = True  # reached when y <= target (a loss); false: y >= target (an accuracy)
+
+    @property
+    def target_variant(self) -> str:
+        return self.target.partition(".")[0]
+
+    @property
+    def target_metric(self) -> str:
+        return self.target.partition(".")[2]
+
+
+@dataclass
 class ExperimentSpec:
     name: str
     family: str
@@ -87,6 +107,7 @@ class ExperimentSpec:
     report: dict[str, Any] = field(default_factory=dict)
     axes: dict[str, list] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    reach: list[Reach] = field(default_factory=list)
 
     @property
     def seed(self) -> int:
@@ -348,8 +369,32 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
     names = set(expanded)
     claims = [_build_claim(cname, c, axes, names) for cname, c in (exp.get("claims") or {}).items()]
     report = _build_report(dict(exp.get("report") or {}), names, expanded)
+    reach = _build_reach(exp.get("reach") or {}, names)
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
-                          nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp)
+                          nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp,
+                          reach=reach)
+
+
+def _build_reach(block: Any, names: set[str]) -> list[Reach]:
+    require(isinstance(block, dict), "experiment.reach", block, "a mapping: metric -> {series, target, below}")
+    out = []
+    for metric, r in block.items():
+        key = f"experiment.reach.{metric}"
+        require(str(metric).isidentifier(), key, metric, "a metric name that is a Python identifier")
+        require(isinstance(r, dict), key, r, "a mapping with series, target and optionally below")
+        extra = sorted(set(r) - {"series", "target", "below"})
+        if extra:
+            raise ConfigError(f"{key}.{extra[0]}", r[extra[0]], "unknown key; allowed: below, series, target")
+        require(isinstance(r.get("series"), str) and r["series"], f"{key}.series", r.get("series"),
+                "the name of a curve the variants log as (xs, ys, x name)")
+        target = r.get("target")
+        variant, _, m = str(target).partition(".")
+        require(isinstance(target, str) and variant in names and m.isidentifier(), f"{key}.target", target,
+                "variant.metric with a variant of this experiment: " + ", ".join(sorted(names)))
+        below = r.get("below", True)
+        require(isinstance(below, bool), f"{key}.below", below, "true (reached when the curve falls to the target) or false")
+        out.append(Reach(str(metric), r["series"], target, below))
+    return out
 
 
 TUNED = "tuned"   # the robustness label of the tuned configuration itself

@@ -9,6 +9,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from components.core.formatting import fmt
+
 _STATUS = {"QUEUED": "[dim]queued[/]", "RUNNING": "[yellow]running[/]", "FINISHED": "[green]done[/]",
            "FAILED": "[red]FAILED[/]"}
 
@@ -61,12 +63,9 @@ class LiveTable:
             self._live.__exit__(*exc)
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
+def _cell(v: Any) -> str:
+    """A live-table cell: 3 significant digits, a dash where the value is missing."""
+    return fmt(v, 3, "–")
 
 
 _ROW_KEYS = ("variant", "technique", "status", "role", "wall_s", "seeds")
@@ -87,7 +86,7 @@ def comparison_tables(rows: list[dict], title: str, per_table: int = 6) -> list[
             t.add_column(c, justify="left" if c in ("variant", "role") else "right", no_wrap=c == "variant")
         for r in rows:
             name = f"[red]{r['variant']} (failed)[/]" if r.get("status") == "FAILED" else str(r.get("variant"))
-            t.add_row(name, _fmt(r.get("role")), *[_fmt(r.get(c)) + (f" ± {_fmt(r[c + '_se'])}" if r.get(c + "_se") is not None else "")
+            t.add_row(name, _cell(r.get("role")), *[_cell(r.get(c)) + (f" ± {_cell(r[c + '_se'])}" if r.get(c + "_se") is not None else "")
                                                    for c in chunk])
         tables.append(t)
     return tables

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from components.core.errors import ConfigError
+from components.core.formatting import fmt
 from components.core.seeds import mean_se
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -243,16 +244,6 @@ def outcome_status(c: Any) -> str:
     return "holds" if get("holds", False) else "fails"
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    return str(v)
-
-
 def _value(expr: str, metrics, key: str, seed_metrics) -> tuple[Any, bool]:
     """The expression's value, and whether a NaN was read on the way (a NaN compares False)."""
     ev = _Evaluator(expr, key, seed_metrics or {})
@@ -274,9 +265,9 @@ def _measured_pm(expr: str, metrics, seed_metrics) -> str:
             se = metrics.get(t.value.id, {}).get(f"{t.attr}_se")
         if isinstance(se, (int, float)) and math.isfinite(se):
             any_se = True
-            parts.append(f"{_fmt(val)} ± {_fmt(float(se))}")
+            parts.append(f"{fmt(val)} ± {fmt(float(se))}")
         else:
-            parts.append(_fmt(val))
+            parts.append(fmt(val))
     if not any_se:
         return ""  # (a term that cannot be computed raised: the caller shows the plain figure)
     return "[" + ", ".join(parts) + "]" if isinstance(body, (ast.List, ast.Tuple)) else parts[0]
@@ -292,7 +283,7 @@ def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]],
         measured, ok, error, pm = "", False, "", ""
         try:
             if measured_expr:
-                measured = _fmt(_value(measured_expr, metrics, f"claims.{claim.name}.measured", seed_metrics)[0])
+                measured = fmt(_value(measured_expr, metrics, f"claims.{claim.name}.measured", seed_metrics)[0])
                 with contextlib.suppress(MissingMetric, ValueError, ZeroDivisionError, TypeError):
                     pm = _measured_pm(measured_expr, metrics, seed_metrics)  # display only: never decides
             value, nan_seen = _value(holds_expr, metrics, f"claims.{claim.name}.holds", seed_metrics)

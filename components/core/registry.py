@@ -34,6 +34,7 @@ KINDS: dict[str, str] = {
     "block": "transformer blocks for the shared GPT (GPTConfig.block)",
     "placement_policy": "simulation placement policies",
     "allocation_policy": "simulation allocation policies",
+    "eviction_policy": "cache eviction policies (KV blocks, semantic-cache entries)",
     "codec": "compression codecs (numpy, with bit counting)",
     "torch_codec": "compression codecs for DDP comm hooks (torch, packed)",
     "service": "standing HTTP services (dtlab serve NAME)",

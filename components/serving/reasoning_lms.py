@@ -122,8 +122,8 @@ class _Sampler:
 
 
 # ------------------------------------------------------------------------------ training
-def _train(model: GPT, sampler: _Sampler, steps: int, batch: int, lr: float, judge_weight: float,
-           seed: int, progress=None) -> dict:
+def train_lm(model: GPT, sampler: _Sampler, steps: int, batch: int, lr: float, judge_weight: float,
+             seed: int, progress=None) -> dict:
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     warm = max(1, steps // 20)
@@ -245,13 +245,13 @@ def train_reasoning_lms(p: ReasoningLMParams, progress=None) -> dict:
 
     small = GPT(_config(p.small_size, p.level))
     s_sampler = _Sampler(p.level, p.small_style_b, p.small_flip, excluded, parity_style=p.small_parity_style)
-    s_stats = _train(small, s_sampler, p.small_steps, p.batch, p.lr, 0.0, p.seed + 1, prog("small", 0))
+    s_stats = train_lm(small, s_sampler, p.small_steps, p.batch, p.lr, 0.0, p.seed + 1, prog("small", 0))
     s_stats["heldout_accuracy"] = greedy_accuracy(small, evalset)
 
     pool = sample_small_steps(small, s_sampler, p.n_small_samples, 0.6, p.seed + 2) if p.n_small_samples else []
     base = GPT(_config(p.base_size, p.level))
     b_sampler = _Sampler(p.level, p.base_style_b, p.base_flip, excluded, judge_frac=p.judge_frac, s_pool=pool)
-    b_stats = _train(base, b_sampler, p.base_steps, p.batch, p.lr, p.judge_weight, p.seed + 3,
+    b_stats = train_lm(base, b_sampler, p.base_steps, p.batch, p.lr, p.judge_weight, p.seed + 3,
                      prog("base", p.small_steps))
     b_stats["heldout_accuracy"] = greedy_accuracy(base, evalset)
     b_stats["small_pool_step_accuracy"] = float(np.mean([ok for _, _, ok in pool])) if pool else math.nan

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from components.core.formatting import fmt
 from components.core.result import Result
 
 SERIES_PLOTS = 6
@@ -91,13 +92,7 @@ def markdown_table(rows: list[dict]) -> str:
     cols = list(dict.fromkeys(k for r in rows for k in r))
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+        out.append("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
     return "\n".join(out) + "\n"
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)

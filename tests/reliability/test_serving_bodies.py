@@ -13,8 +13,12 @@ from pydantic import BaseModel
 from components.serving.app import RequestModel, make_api
 from components.serving.gatekeeper.serving import DigitsRequest
 from components.serving.lm_deployments import SolveRequest
+from components.serving.plan_cache.serving import PlanRequest
+from components.serving.smartcache.service import ChatRequest
 
-VALID = {SolveRequest: {"problem": "17|+1|*9|-7"}, DigitsRequest: {"images": [[0.5] * 64]}}
+VALID = {SolveRequest: {"problem": "17|+1|*9|-7"}, DigitsRequest: {"images": [[0.5] * 64]},
+         ChatRequest: {"session": "u1", "query": "what is the colour of Lumtha ?"},
+         PlanRequest: {"question": "what is the current ratio of acme in 2021 ?"}}
 
 
 def _post(app, path: str, raw: bytes) -> tuple[int, dict]:

@@ -1,0 +1,133 @@
+"""One pipeline stage: its module, its optimizer and the codecs of its two boundaries.
+
+Hosted in a Ray actor (:func:`start_stages`) or used in-process (tests, the reference check).
+Per micro-batch the stage keeps what autograd needs for the backward: the tensor it sent and the
+leaf it received. It records, per step, the thread CPU time of every forward and backward, the
+bytes of every message it produced, and the relative error of what the next stage rebuilds.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+import torch
+from torch.nn import functional as F
+
+from components.training.subspace_pp.codecs import BoundaryCodec
+from components.training.subspace_pp.model import Stage
+
+
+class StageWorker:
+    """Stage ``index`` of ``n_stages``; ``recv``/``send`` are the codecs of its input/output boundary."""
+
+    def __init__(self, index: int, n_stages: int, module: Stage, recv: BoundaryCodec | None,
+                 send: BoundaryCodec | None, lr: float, weight_decay: float, micro_batches: int,
+                 die_at_step: int = -1, threads: int = 1):
+        torch.set_num_threads(threads)
+        self.index, self.n_stages, self.module = index, n_stages, module
+        self.recv, self.send, self.M = recv, send, micro_batches
+        self.die_at_step = die_at_step
+        self.opt = torch.optim.AdamW(module.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        self.stash: dict[int, tuple] = {}
+        self.max_rel_err = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.fwd_s = [0.0] * self.M
+        self.bwd_s = [0.0] * self.M
+        self.fwd_bytes = [0] * self.M
+        self.bwd_bytes = [0] * self.M
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.n_stages - 1
+
+    def _input(self, inp):
+        """(stream or token ids, leaf to take the gradient of, token ids) from the previous stage."""
+        if self.index == 0:
+            return inp, None, inp
+        payload, shape, tok = inp
+        t_hat, tok_rx = self.recv.decode(payload, shape)
+        tok = tok_rx if tok_rx is not None else tok
+        leaf = t_hat.requires_grad_(True)
+        return self.recv.post(leaf, tok), leaf, tok
+
+    def forward(self, step: int, m: int, inp, targets: torch.Tensor | None = None, train: bool = True):
+        """Forward of micro-batch ``m``. Returns the message for the next stage ``(payload, (B, T),
+        tok)`` (``tok`` only where the codec itself does not carry the ids and the next stage
+        needs them: never, as only SSN needs them and carries them), or the loss on the last stage."""
+        if train and step == self.die_at_step:
+            os._exit(17)                           # fault injection: the stage process dies mid-run
+        t0 = time.thread_time()
+        with torch.set_grad_enabled(train):
+            x, leaf, tok = self._input(inp)
+            y = self.module(x)
+            if self.last:
+                loss = F.cross_entropy(y.reshape(-1, y.size(-1)), targets.reshape(-1))
+                out = float(loss.detach())
+                if train:
+                    self.stash[m] = (loss / self.M, leaf)
+            else:
+                t = self.send.pre(y, tok)
+                payload = self.send.encode(t, tok)
+                shape = tuple(y.shape[:2])
+                if train:
+                    self.stash[m] = (t, leaf, shape)
+                    self.fwd_bytes[m] = int(payload.numel())
+                    with torch.no_grad():
+                        t_hat, tok_rx = self.send.decode(payload, shape)
+                        x_rec = self.send.post(t_hat, tok_rx if tok_rx is not None else tok)
+                        err = float((x_rec - y).norm() / y.norm().clamp_min(1e-30))
+                    self.max_rel_err = max(self.max_rel_err, err)
+                out = (payload, shape, None)
+        if train:
+            self.fwd_s[m] = time.thread_time() - t0
+        return out
+
+    def backward(self, m: int, gmsg=None):
+        """Backward of micro-batch ``m``; returns the gradient message for the previous stage."""
+        t0 = time.thread_time()
+        if self.last:
+            loss, leaf = self.stash.pop(m)
+            loss.backward()
+        else:
+            t, leaf, shape = self.stash.pop(m)
+            t.backward(self.send.decode_grad(gmsg, shape))
+        out = None
+        if leaf is not None:
+            out = self.recv.encode_grad(leaf.grad)
+            self.bwd_bytes[m] = int(out.numel())
+        self.bwd_s[m] = time.thread_time() - t0
+        return out
+
+    def grads(self) -> dict[str, torch.Tensor]:
+        return {n: p.grad.detach().clone() for n, p in self.module.named_parameters() if p.grad is not None}
+
+    def step(self, lr: float) -> dict:
+        """Optimizer step at ``lr``; returns this step's timings and bytes, then resets them."""
+        t0 = time.thread_time()
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        out = {"fwd_s": self.fwd_s, "bwd_s": self.bwd_s, "fwd_bytes": self.fwd_bytes, "bwd_bytes": self.bwd_bytes,
+               "opt_s": time.thread_time() - t0}
+        self._reset()
+        return out
+
+    def stats(self) -> dict:
+        return {"max_rel_err": self.max_rel_err,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                "pid": os.getpid()}
+
+    def ping(self) -> int:
+        return self.index
+
+
+def start_stages(workers_args: list[dict]):
+    """One Ray actor per stage (``num_cpus=0``: the variant's task already holds the CPU budget)."""
+    import ray
+
+    cls = ray.remote(num_cpus=0, max_restarts=0)(StageWorker)
+    return [cls.options(name=None).remote(**a) for a in workers_args]
