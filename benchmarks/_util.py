@@ -68,3 +68,39 @@ def run_isolated(name: str, *overrides: str):
         wall = time.perf_counter() - t0
         ray.shutdown()
     return out, peak, wall
+
+
+def headline(name: str, out, peak_mb: float, wall_s: float, what: str = "full experiment") -> None:
+    """The benchmark's first line: wall time, peak memory and how many gated claims held."""
+    print(f"## {name} {what}: {wall_s:.0f} s wall, peak memory {peak_mb:.0f} MB (driver + Ray workers), "
+          f"claims held {out.claims_held}/{out.claims_judged}\n")
+
+
+def claim_outcome(c) -> str:
+    """A claim's outcome as the report says it: skipped, premise not met, True or False."""
+    if c.skipped:
+        return "skipped"
+    if getattr(c, "premise_holds", None) is False:
+        return "premise not met"
+    return str(c.holds)
+
+
+def claims_table(out) -> None:
+    """Every claim of an outcome as a Markdown table: gate, outcome, measured figure, premise figure."""
+    print("\n| claim | gate | outcome | measured | premise |\n|---|---|---|---|---|")
+    for c in out.claims:
+        print(f"| {c.name} | {c.gate} | {claim_outcome(c)} | {c.measured} | {getattr(c, 'premise_measured', '') or ''} |")
+
+
+def per_seed_table(out, metric: str) -> None:
+    """``metric`` of every seed of every variant: what a mean +- SE hides (a seed stuck longer on a plateau)."""
+    seeds = sorted({s for o in out.variants.values() for s in o.seeds})
+    print(f"\n{metric} per seed\n\n| variant | " + " | ".join(f"seed {s}" for s in seeds) + " |")
+    print("|" + "---|" * (len(seeds) + 1))
+    for name, o in out.variants.items():
+        cells = []
+        for s in seeds:
+            so = o.seeds.get(s)
+            v = so.result.metrics.get(metric) if so is not None and so.result is not None else None
+            cells.append("" if v is None else f"{v:.4f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")

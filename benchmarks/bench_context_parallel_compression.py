@@ -17,7 +17,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import run_isolated  # noqa: E402
+from benchmarks._util import claims_table, headline, per_seed_table, run_isolated  # noqa: E402
 
 NAN = float("nan")
 
@@ -31,8 +31,7 @@ def main(overrides: list[str]) -> None:
         den = b.get(key_b or key, NAN)
         return a.get(key, NAN) / den if den else NAN
 
-    print(f"## context_parallel_compression full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB "
-          f"(driver + Ray workers), claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")
+    headline("context_parallel_compression", out, peak, wall)
     print("| variant | status | final_val_loss (+-se) | loss / fp32 | K/V bytes per hop | bytes / fp32 | cut | "
           "sim_step 300M | sim_step 100G | t->target 300M | / fp32@100G | / fp32@300M | usage H | "
           "actor vs ring | peak RSS MB | wall_s |")
@@ -51,11 +50,8 @@ def main(overrides: list[str]) -> None:
           f"block compute {fp.get('block_compute_s', NAN) * 1e3:.2f} ms, uncompressed hop at 300 Mbps "
           f"{fp.get('hop_s', NAN) * 1e3:.2f} ms; weight all-reduce (not in sim_step) "
           f"{fp.get('allreduce_s_per_step', NAN) * 1e3:.1f} ms at 300 Mbps")
-    print("\n| claim | gate | outcome | measured | premise |\n|---|---|---|---|---|")
-    for c in out.claims:
-        outcome = "skipped" if c.skipped else ("premise not met" if getattr(c, "premise_holds", None) is False
-                                               else c.holds)
-        print(f"| {c.name} | {c.gate} | {outcome} | {c.measured} | {getattr(c, 'premise_measured', '') or ''} |")
+    per_seed_table(out, "final_val_loss")
+    claims_table(out)
 
 
 def calibrate(steps: int = 10) -> None:

@@ -16,7 +16,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import run_isolated  # noqa: E402
+from benchmarks._util import claims_table, headline, run_isolated  # noqa: E402
 
 NAN = float("nan")
 
@@ -30,8 +30,7 @@ def main(overrides: list[str]) -> None:
         den = b.get(key_b or key, NAN)
         return a.get(key, NAN) / den if den else NAN
 
-    print(f"## duo full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
-          f"claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")
+    headline("duo", out, peak, wall)
     print("| variant | final_val_loss (+-se over seeds) | loss / fp32 | bytes/step fast | bytes/step slow | bytes / fp32 "
           "| sim_step_s | sim / fp32 | sim / q4 | slow/fwd | sim / q4 (100Mbps) | gloo fast s/step | gloo slow s/step "
           "| exposed slow s/step | tokens/s | wall_s |")
@@ -45,9 +44,7 @@ def main(overrides: list[str]) -> None:
               f"| {r.get('slow_fwd_ratio', NAN):.2f} | {ratio(r, q4, 'sim_step_s_slow_link'):.3f} "
               f"| {r.get('gloo_fast_s_per_step', NAN) * 1e3:.2f} ms | {r.get('gloo_slow_s_per_step', NAN) * 1e3:.2f} ms "
               f"| {r.get('exposed_slow_s_per_step', NAN) * 1e3:.2f} ms | {r.get('tokens_per_s', NAN):.0f} | {o.wall_s:.0f} |")
-    print("\n| claim | gate | holds | measured |\n|---|---|---|---|")
-    for c in out.claims:
-        print(f"| {c.name} | {c.gate} | {'skipped' if c.skipped else c.holds} | {c.measured} |")
+    claims_table(out)
 
 
 def lr_scan(lrs: list[float], steps: int, seed: int = 0) -> None:

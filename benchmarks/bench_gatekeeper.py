@@ -15,15 +15,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import PeakMemory, run_isolated  # noqa: E402
+from benchmarks._util import PeakMemory, claims_table, headline, run_isolated  # noqa: E402
 
 COLS = ("small_acc", "s_d", "s_d_se", "s_o", "auroc", "joint_acc_r20", "deferral_r20", "cost_rel_r20")
 
 
 def full_experiment() -> None:
     out, peak, wall = run_isolated("gatekeeper")
-    print(f"## gatekeeper full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
-          f"claims held {out.claims_held}/{out.claims_judged}\n")
+    headline("gatekeeper", out, peak, wall)
     print("| variant | role | " + " | ".join(COLS) + " | s_d / ce_continued | wall_s |")
     print("|" + "---|" * (len(COLS) + 4))
     ce = out.variants["ce_continued"].result.metrics["s_d"]
@@ -43,9 +42,7 @@ def full_experiment() -> None:
         print(f"\nserved (in-experiment): agreement {sv['agreement']:.3f}, deferral {sv['served_deferral']:.3f}, "
               f"cascade {sv['cascade_rps']:.0f} req/s vs large-only {sv['large_rps']:.0f} req/s, "
               f"sim cost ratio {sv['sim_cost_ratio']:.3f}")
-    print("\n| claim | gate | holds | measured |\n|---|---|---|---|")
-    for c in out.claims:
-        print(f"| {c.name} | {c.gate} | {c.holds} | {c.measured} |")
+    claims_table(out)
 
 
 def load_tests(n_requests: int) -> None:

@@ -13,15 +13,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import PeakMemory, run_isolated  # noqa: E402
+from benchmarks._util import PeakMemory, claims_table, headline, run_isolated  # noqa: E402
 
 COLS = ("mean_acc", "acc_std", "worst20_acc", "low_high_p_gap", "mean_acc_se", "rounds_per_s")
 
 
 def full_experiment() -> None:
     out, peak, wall = run_isolated("php_fl")
-    print(f"## php_fl full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
-          f"claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")
+    headline("php_fl", out, peak, wall)
     print("| variant | role | " + " | ".join(COLS) + " | mean_acc / fml (same pattern) | wall_s |")
     print("|" + "---|" * (len(COLS) + 4))
     for name, o in out.variants.items():
@@ -31,9 +30,7 @@ def full_experiment() -> None:
         ratio = (m.get("mean_acc", float("nan")) / fml.result.metrics["mean_acc"]) if fml and fml.result else float("nan")
         print(f"| {name} | {o.role} | " + " | ".join(f"{m.get(c, float('nan')):.3f}" for c in COLS)
               + f" | {ratio:.3f} | {o.wall_s:.1f} |")
-    print("\n| claim | gate | holds | measured |\n|---|---|---|---|")
-    for c in out.claims:
-        print(f"| {c.name} | {c.gate} | {c.holds} | {c.measured} |")
+    claims_table(out)
 
 
 def scaling(rounds: int = 15) -> None:

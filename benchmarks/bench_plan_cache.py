@@ -15,7 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import PeakMemory, run_experiment  # noqa: E402
+from benchmarks._util import PeakMemory, claims_table, run_experiment  # noqa: E402
 
 COLS = ("accuracy", "cost_s", "cost_ratio_vs_large", "cache_hit_ratio", "hit_ratio_after_200", "false_hit_ratio",
         "overhead_share", "large_calls", "small_calls", "wall_per_request_ms")
@@ -31,9 +31,7 @@ def tables(out) -> None:
             continue
         print(f"| {name} | {o.role} | " + " | ".join(f"{m.get(c, float('nan')):.3f}" for c in COLS)
               + f" | {m['cost_s'] / base['cost_s']:.3f} | {m['accuracy'] - base['accuracy']:+.3f} |")
-    print("\n| claim | gate | holds | premise | measured |\n|---|---|---|---|---|")
-    for c in out.claims:
-        print(f"| {c.name} | {c.gate} | {c.holds} | {c.premise_holds} {c.premise_measured or ''} | {c.measured} |")
+    claims_table(out)
 
 
 def cached_lms(runs_dir: str, debug: bool) -> dict:

@@ -16,7 +16,7 @@ import tracemalloc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import run_isolated  # noqa: E402
+from benchmarks._util import claims_table, headline, run_isolated  # noqa: E402
 
 COLS = ("mean_tpot_s", "p99_tpot_s", "mean_ttft_s", "encoder_completion_s", "enc_sm_share")
 RATES = (1, 2, 5, 10, 15, 20)
@@ -24,8 +24,7 @@ RATES = (1, 2, 5, 10, 15, 20)
 
 def full_experiment() -> None:
     out, peak, wall = run_isolated("spaceserve")
-    print(f"## spaceserve full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
-          f"claims held {out.claims_held}/{out.claims_judged}\n")
+    headline("spaceserve", out, peak, wall)
     print("| variant | role | " + " | ".join(COLS) + " | TPOT / tm | p99 / tm | TTFT / tm | wall_s |")
     print("|" + "---|" * (len(COLS) + 6))
     for name, o in out.variants.items():
@@ -42,9 +41,7 @@ def full_experiment() -> None:
     for name, o in out.variants.items():
         m = o.result.metrics if o.result else {}
         print(f"| {name} | " + " | ".join(f"{1e3 * m.get(f'mean_tpot_s_r{r}', float('nan')):.1f}" for r in RATES) + " |")
-    print("\n| claim | gate | holds | measured |\n|---|---|---|---|")
-    for c in out.claims:
-        print(f"| {c.name} | {c.gate} | {c.holds} | {c.measured} |")
+    claims_table(out)
 
 
 def simulator_speed() -> None:

@@ -64,7 +64,7 @@ def group_options() -> dict[str, list[str]]:
 
 # root keys of conf/config.yaml worth a line in `dtlab run --help` (the rest is internal plumbing)
 _ROOT_KEYS = {"debug": "true: the experiment's tiny debug flavour (tests, CI); claims are expected to fail",
-              "only": "a subset of variants, e.g. only=ef21,cgd",
+              "only": "a subset of variants, e.g. only=[ef21,cgd]",
               "runs_dir": "caches, the MLflow DB, artifacts and Hydra logs (default: runs/)",
               "objective": "what a sweep optimises (default: claims held)",
               "verbose": "true: Ray's and Ray Serve's INFO logs too (default: WARNING and above)"}

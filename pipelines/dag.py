@@ -251,15 +251,17 @@ def _run(cfg: dict, console, reinstall_signals) -> RunOutcome:
         raise
 
 
-def objective(outcome: RunOutcome, expr: str | None) -> float:
+def objective(outcome: RunOutcome, expr: str | None) -> float | list[float]:
     """The value a sweeper optimises: ``expr`` over final metrics (NaN if it cannot be computed),
-    or the number of gated claims that hold."""
+    or the number of gated claims that hold. A list expression (``"[a.x, b.y]"``) gives one value
+    per objective of a multi-objective study."""
     if not expr:
         return float(outcome.claims_held)
     from components.core.claims import MissingMetric, evaluate
 
     try:
-        return float(evaluate(str(expr), outcome.metrics(), "objective", outcome.seed_metrics()))
+        value = evaluate(str(expr), outcome.metrics(), "objective", outcome.seed_metrics())
+        return [float(v) for v in value] if isinstance(value, (list, tuple)) else float(value)
     except (MissingMetric, ValueError, ZeroDivisionError, TypeError):
         return math.nan
 

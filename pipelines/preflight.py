@@ -59,7 +59,7 @@ def jobs_of(overrides: list[str], multirun: bool) -> tuple[list[list[str]], bool
     from hydra_plugins.dtlab_optuna_sweeper.config import check_conf as check_sweeper
     from hydra_plugins.dtlab_optuna_sweeper.search_space import fmt_value, parse_space, points
 
-    check_sweeper(sweeper)
+    check_sweeper({**sweeper, "objective": OmegaConf.select(hcfg, "objective")})
     task = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     space, fixed = parse_space(sweeper.get("params"), task)
     if not space:

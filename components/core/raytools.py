@@ -223,6 +223,12 @@ class NodeActor:
         return list(self.objects)
 
 
+def failure_reason(e: Exception) -> str:
+    """Ray's error as one line for a FAILED run's reason: the exception type and its first line."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".strip()
+
+
 def start_nodes(n: int, num_cpus: float = 0.0, prefix: str = "node"):
     """Start ``n`` NodeActors (named ``prefix-i`` in the Ray dashboard)."""
     import ray

@@ -13,6 +13,7 @@ decoding rejects drafted tokens that way).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass
 
 import torch
@@ -134,6 +135,83 @@ class PreLNBlock(nn.Module):
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), self.layer, cache)
         return x + self.mlp(self.ln2(x))
+
+
+@register("block", "parallel")
+class ParallelBlock(PreLNBlock):
+    """GPT-J/PaLM parallel block: x + attn(LN1 x) + MLP(LN2 x) (two LayerNorms, as FAL has)."""
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        return x + self.attn(self.ln1(x), self.layer, cache) + self.mlp(self.ln2(x))
+
+
+class FirstAttention:
+    """The first block's attention signal of the current forward pass, shared by one GPT's blocks.
+
+    Layer 0 writes it; later layers read it in their forward (autograd keeps what backward needs).
+    A plain object, not a module: it holds no parameters and stays out of ``state_dict``.
+    """
+
+    __slots__ = ("a1",)
+
+    def __init__(self):
+        self.a1: torch.Tensor | None = None
+
+    def __reduce__(self):   # pickle / deepcopy: a fresh, empty signal (a1 may be a non-leaf tensor)
+        return FirstAttention, ()
+
+
+_building = threading.local()   # the FirstAttention of the GPT whose blocks are being built
+
+
+@register("block", "fal")
+class FALBlock(PreLNBlock):
+    """First Attentions Last (arXiv 2510.14614): layer 0 is a pre-LN block whose attention output
+    a1 is kept; every later layer is ``x + attn(LN1 x) + MLP(LN2(x + a1))``: its MLP reads a1
+    instead of its own attention, so attention and MLP of a block are independent (one
+    tensor-parallel all-reduce per block). Same parameters as ``pre_ln``."""
+
+    def __init__(self, cfg: GPTConfig, layer: int):
+        super().__init__(cfg, layer)
+        if layer == 0:
+            _building.first = FirstAttention()
+        first = getattr(_building, "first", None)
+        if first is None:
+            raise ValueError(f"block {cfg.block!r} layer {layer} needs layer 0 of the same GPT built first")
+        self.first = first
+
+    def first_signal(self, a1: torch.Tensor) -> torch.Tensor:
+        return a1
+
+    def later(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return x + a + self.mlp(self.ln2(x + self.first.a1))
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        a = self.attn(self.ln1(x), self.layer, cache)
+        if self.layer > 0:
+            return self.later(x, a)
+        self.first.a1 = self.first_signal(a)
+        x = x + a
+        return x + self.mlp(self.ln2(x))
+
+
+@register("block", "fal_plus")
+class FALPlusBlock(FALBlock):
+    """FAL+: the usual pre-LN block, with the normalised first attention LNf(a1) added to each later
+    block's MLP input: ``h = x + attn(LN1 x)``, ``h + MLP(LN2(h + LNf(a1)))``. One extra LayerNorm
+    (LNf, in layer 0); keeps the per-block dependency, so no communication is saved."""
+
+    def __init__(self, cfg: GPTConfig, layer: int):
+        super().__init__(cfg, layer)
+        if layer == 0:
+            self.ln_first = nn.LayerNorm(cfg.d_model)
+
+    def first_signal(self, a1: torch.Tensor) -> torch.Tensor:
+        return self.ln_first(a1)
+
+    def later(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        x = x + a
+        return x + self.mlp(self.ln2(x + self.first.a1))
 
 
 class GPT(nn.Module):

@@ -42,6 +42,18 @@ def check_conf(conf: dict) -> None:
     r = conf.get("max_failure_rate")
     require(isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r <= 1.0,
             "hydra.sweeper.max_failure_rate", r, "a number in [0, 1]")
+    objective = conf.get("objective")
+    if objective is not None and isinstance(objective, str):
+        import ast
+
+        try:
+            node = ast.parse(objective, mode="eval").body
+        except SyntaxError:
+            node = None      # preflight names the syntax error
+        n = len(node.elts) if isinstance(node, (ast.List, ast.Tuple)) else 1
+        require(n == len(dirs), "objective", objective,
+                f"an expression giving {len(dirs)} value(s), one per hydra.sweeper.direction {d}; it gives {n} "
+                "(a list expression \"[a.x, b.y]\" gives several)")
     for k in ("study_name", "storage"):
         require(conf.get(k) is None or (isinstance(conf[k], str) and conf[k].strip() != ""), f"hydra.sweeper.{k}",
                 conf.get(k), "null or a non-empty string")

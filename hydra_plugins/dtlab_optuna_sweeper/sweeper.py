@@ -137,7 +137,8 @@ class DtlabOptunaSweeper(Sweeper):
 
         check_conf({"direction": OmegaConf.to_container(self.direction) if OmegaConf.is_list(self.direction) else self.direction,
                     "n_trials": self.n_trials, "n_jobs": self.n_jobs, "max_failure_rate": self.max_failure_rate,
-                    "study_name": self.study_name, "storage": self.storage, "sampler": None})
+                    "study_name": self.study_name, "storage": self.storage, "sampler": None,
+                    "objective": self.config.get("objective")})
         space, fixed = parse_space(self.params, arguments)
         if not space:
             raise ValueError("dtlab_optuna sweeper: no search space (hydra.sweeper.params or a sweep override)")
@@ -161,8 +162,9 @@ class DtlabOptunaSweeper(Sweeper):
                     value, error = None, ""
                     try:
                         value = ret.return_value
-                        if value is None or not math.isfinite(float(value)):
-                            error, value = f"objective not finite: {value}", None
+                        error = self._bad_value(value, len(study.directions))
+                        if error:
+                            value = None
                     except Exception as e:  # the job crashed
                         error = f"{type(e).__name__}: {e}".splitlines()[0]
                     if value is None:
@@ -175,6 +177,10 @@ class DtlabOptunaSweeper(Sweeper):
                             from components.core.errors import ConfigError
 
                             raise ConfigError("objective", self.config.get("objective"), missing)
+                    elif isinstance(value, (list, tuple)):   # one value per direction
+                        study.tell(trial, [float(v) for v in value])
+                        tracker.log_metrics(sweep_rid, {f"trial_value_{i}": float(v) for i, v in enumerate(value)},
+                                            step=trial.number)
                     else:
                         study.tell(trial, float(value))
                         tracker.log_metrics(sweep_rid, {"trial_value": float(value)}, step=trial.number)
@@ -195,6 +201,17 @@ class DtlabOptunaSweeper(Sweeper):
             raise
         finally:
             self._report(tracker, sweep_rid, study, status, reason)
+
+    @staticmethod
+    def _bad_value(value: Any, n_directions: int) -> str:
+        """Why a trial's objective cannot be told to the study ("" if it can): missing, not finite, or
+        not one value per direction."""
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if isinstance(value, (list, tuple)) != (n_directions > 1) or len(values) != n_directions:
+            return f"objective gave {len(values)} value(s) for {n_directions} direction(s): {value}"
+        if any(v is None or not math.isfinite(float(v)) for v in values):
+            return f"objective not finite: {value}"
+        return ""
 
     def _missing_metric(self, tracker, sweep_rid: str, number: int) -> str | None:
         """Why the objective cannot be computed from a trial whose variants all finished: a
@@ -237,6 +254,16 @@ class DtlabOptunaSweeper(Sweeper):
             (out / "optimization_results.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(best_cfg)))
             self._plots(tracker, sweep_rid, study)
             log.info(f"best trial {best.number}: value {best.value} with {best.params}")
+        elif completed and status != "KILLED":   # multi-objective: the Pareto front, not one best
+            front = [{"trial": t.number, "values": list(t.values), "params": t.params} for t in study.best_trials]
+            tracker.log_metrics(sweep_rid, {"pareto_trials": len(front)})
+            text = OmegaConf.to_yaml(OmegaConf.create({"study": study.study_name, "directions": [d.name for d in study.directions],
+                                                       "pareto_front": front}))
+            tracker.log_text(sweep_rid, text, "pareto_front.yaml")
+            out = Path(str(self.config.hydra.sweep.dir))
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "optimization_results.yaml").write_text(text)
+            log.info(f"Pareto front: {len(front)} of {len(completed)} trials")
         tracker.end(sweep_rid, status, error=reason)
 
     @staticmethod

@@ -61,6 +61,7 @@ def test_actor_killed_mid_round_is_a_dropped_participant(ray_session, digits):
     assert 0 <= m["mean_acc"] <= 1
 
 
+@pytest.mark.slow   # ~30 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_php_fl_debug_experiment_end_to_end(run_experiment, mlflow_client):
     out = run_experiment("php_fl")
     assert not out.failed, {n: v.error[:300] for n, v in out.variants.items() if v.error}

@@ -75,6 +75,7 @@ def _dashboard(name: str):
     return next(d for d in DASHBOARDS if d.stem == name)
 
 
+@pytest.mark.slow   # a real run scraped by Prometheus, ~30 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_platform_panels_return_data(prometheus, tmp_path):
     window = _run_scraped(prometheus, "platform_probe", tmp_path)
     _check_dashboard(prometheus, _dashboard("platform"), window, "platform_probe")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 
+import pytest
+
 from mlflow.tracking import MlflowClient
 
 from pipelines import scoreboard as sb
@@ -22,6 +24,7 @@ def _shooter():
     return mod
 
 
+@pytest.mark.slow   # headless Chromium renders the page, ~60 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_scoreboard_page_renders_table_and_plots(tmp_path):
     need_binary(["chromium", "chromium-browser"], "chromium")
     from PIL import Image

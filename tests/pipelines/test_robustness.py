@@ -98,6 +98,7 @@ def test_premise_and_its_variants_are_validated():
     assert (spec.claims[0].premise, spec.claims[0].premise_measured) == ("a.value > 1", "a.value")
 
 
+@pytest.mark.slow   # two real runs, ~40 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_claim_fails_off_tune_while_it_holds_tuned(tmp_path):
     """One real `dtlab robustness` run: the probe's ordering claim holds tuned, and each perturbation
     built to break it (noise on d's value, an injected crash of c) makes it fail."""

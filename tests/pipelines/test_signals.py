@@ -7,7 +7,7 @@ import pytest
 from tests.probe_runs import start_probe_run, wait_for_variant_runs
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
 def test_signal_ends_every_run_killed(sig, tmp_path):
     # Prepare: a debug probe run whose variants take a minute (the command line wins over debug)
     p, client = start_probe_run(tmp_path)

@@ -89,6 +89,7 @@ def test_interrupted_sweep_resumes(sweep):
     assert len(study.trials) == 7  # 5 from before + 2 new, not 7 new
 
 
+@pytest.mark.slow   # a Ray-launched multirun, ~30 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_ray_launcher_grid_and_failed_job(tmp_path):
     r = dtlab(tmp_path, "-m", "experiment=platform_probe", "debug=true", "++experiment.variants.d.params.fail_at_step=0,-1")
     assert r.returncode != 0  # one job had a failed variant: the multirun reports it
@@ -113,6 +114,7 @@ def test_tracking_server_down_fails_fast(tmp_path):
     assert len(lines) == 1 and "unreachable" in lines[0] and f"127.0.0.1:{port}" in lines[0]
 
 
+@pytest.mark.slow   # a real sweep, ~25 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_objective_naming_a_metric_no_variant_reports_stops_at_the_first_trial(tmp_path):
     # Execute: `value` is reported by the probe, `zz_nometric` is not (a typo in the objective)
     r = dtlab(tmp_path, "-m", "experiment=platform_probe", "hparams_search=platform_probe_optuna", "debug=true",
@@ -126,3 +128,60 @@ def test_objective_naming_a_metric_no_variant_reports_stops_at_the_first_trial(t
     exp = client.get_experiment_by_name("platform_probe")
     (sweep,) = client.search_runs([exp.experiment_id], "tags.`dtlab.kind` = 'sweep'")
     assert sweep.info.status == "FAILED" and "zz_nometric" in sweep.data.tags.get("error", "")
+
+
+def test_multi_objective_values_are_checked_and_the_pareto_front_is_logged(tmp_path):
+    from omegaconf import OmegaConf
+
+    from components.core.errors import ConfigError
+    from hydra_plugins.dtlab_optuna_sweeper.config import check_conf
+    from hydra_plugins.dtlab_optuna_sweeper.sweeper import DtlabOptunaSweeper
+
+    # Prepare: a two-direction study with three told trials, one dominated
+    base = {"n_trials": 3, "n_jobs": 1, "max_failure_rate": 1.0, "study_name": None, "storage": None, "sampler": None}
+    study = optuna.create_study(directions=["maximize", "maximize"])
+    for values in ([0.1, 50.0], [0.5, 40.0], [0.05, 30.0]):   # the last is dominated by the first
+        t = study.ask({"lam": FloatDistribution(0.1, 10.0)})
+        study.tell(t, values)
+    logged = {}
+
+    class Tracker:
+        def log_metrics(self, rid, m, step=None):
+            logged.update(m)
+
+        def log_text(self, rid, text, name):
+            logged[name] = text
+
+        def end(self, rid, status, error=None):
+            logged["status"] = status
+
+    sweeper = object.__new__(DtlabOptunaSweeper)
+    sweeper.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    # Execute / Assert: a value count that does not match the directions is refused, before and during the sweep
+    with pytest.raises(ConfigError, match="one per hydra.sweeper.direction"):
+        check_conf({**base, "direction": ["maximize", "maximize"], "objective": "a.x"})
+    check_conf({**base, "direction": ["maximize", "maximize"], "objective": "[a.x, a.y]"})
+    assert "2 value(s) for 1 direction" in DtlabOptunaSweeper._bad_value([1.0, 2.0], 1)
+    assert "not finite" in DtlabOptunaSweeper._bad_value([1.0, float("nan")], 2)
+    assert DtlabOptunaSweeper._bad_value([1.0, 2.0], 2) == "" and DtlabOptunaSweeper._bad_value(3.0, 1) == ""
+    sweeper._report(Tracker(), "rid", study, "FINISHED")
+    assert logged["pareto_trials"] == 2 and logged["status"] == "FINISHED"
+    front = OmegaConf.create(logged["pareto_front.yaml"])
+    assert sorted(tuple(t["values"]) for t in front.pareto_front) == [(0.1, 50.0), (0.5, 40.0)]
+    assert (tmp_path / "optimization_results.yaml").exists()
+
+
+def test_objective_of_a_list_expression_is_one_value_per_objective():
+    from pipelines.dag import objective
+
+    class Outcome:
+        claims_held = 0
+
+        def metrics(self):
+            return {"a": {"x": 2.0, "y": 3.0}}
+
+        def seed_metrics(self):
+            return {"a": {0: {"x": 2.0, "y": 3.0}}}
+
+    assert objective(Outcome(), "[a.x, a.y / 2]") == [2.0, 1.5]
+    assert objective(Outcome(), "a.x") == 2.0

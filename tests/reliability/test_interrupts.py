@@ -102,8 +102,8 @@ SWEEP = ["-m", "experiment=platform_probe", "hparams_search=platform_probe_optun
          "hydra/launcher=basic", "hydra.sweeper.n_trials=4"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow),
-                                 pytest.param(signal.SIGHUP, marks=pytest.mark.slow)])
+@pytest.mark.slow   # a real interrupted Optuna sweep and its resume, ~55 s: runs in `make bench`
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signalled_sweep_kills_its_runs_and_resumes_to_n_trials(sig, tmp_path):
     # Prepare: a sweep whose trials take seconds; signal it once a trial completed and another runs
     cmd, env = _dtlab(tmp_path, *SWEEP, "experiment.common.probe.seconds=4")
@@ -185,6 +185,7 @@ def test_signalled_ray_multirun_kills_every_open_run(sig, tmp_path):
     assert all(name in r.data.tags.get("error", "") for r in parents)
 
 
+@pytest.mark.slow   # ~20 s; test_ray_watchdog covers SIGKILL cleanup: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_sigkilled_driver_runs_end_failed_at_gc(tmp_path):
     # Prepare: a run whose variants take a minute, SIGKILLed once they run
     cmd, env = _dtlab(tmp_path, "experiment=platform_probe", "debug=true", "experiment.common.probe.seconds=60")

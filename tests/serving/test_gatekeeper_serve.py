@@ -59,6 +59,7 @@ def test_invalid_bodies_rejected_and_service_keeps_serving(cascade, body, status
     assert ok == 200
 
 
+@pytest.mark.slow   # training + Serve deployments, ~40 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_debug_experiment_end_to_end(run_experiment, mlflow_client, serve_instance):
     out = run_experiment("gatekeeper")
     assert not out.failed, out.failed

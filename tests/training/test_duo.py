@@ -57,6 +57,7 @@ def test_cli_rejects_bad_bits_before_ray():
     assert "bits" in (r.stdout + r.stderr)
 
 
+@pytest.mark.slow   # two Ray Train jobs per variant, ~55 s: runs in `make bench` (keeps `make test` in its 15 minutes)
 def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     """The debug flavour of `duo` through the DAG: 2 variants, fp32 on 2 seeds (one Ray Train job per
     variant and seed, 10-30 s each here); the other variants run in the slow test below and in `make bench`."""

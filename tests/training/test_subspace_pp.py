@@ -158,7 +158,9 @@ def test_gpipe_clock_overlaps_transfers_with_compute():
 
 @pytest.mark.parametrize("raw, key", [({"k": 64}, "k"), ({"stages": 3}, "stages"), ({"codec": "zip"}, "codec"),
                                       ({"micro_batches": 3}, "micro_batches"), ({"topk_keep": 0}, "topk_keep"),
-                                      ({"links": {"l": {"bandwidth": "fast"}}}, "links.l.bandwidth")])
+                                      ({"links": {"l": {"bandwidth": "fast"}}}, "links.l.bandwidth"),
+                                      ({"execution": "in_process", "steps": 5, "warmup": 1, "actor_check_steps": 6}, "actor_check_steps"),
+                                      ({"execution": "in_process", "die_stage": 1, "die_at_step": 8}, "die_at_step")])
 def test_bad_input_is_one_config_error(raw, key):
     with pytest.raises(ConfigError) as e:
         parse_params(SubspacePPParams, raw)
@@ -193,6 +195,9 @@ def test_debug_experiment_end_to_end(run_experiment):
         assert v.status == "FINISHED", (name, v.status, v.error)
     m = out.variants["ssn_k4"].result.metrics
     assert m["max_boundary_rel_err"] < 1e-5 and m["grad_rel_err"] < 1e-5
+    # in_process training: its first steps also ran on the stage actors, bitwise equal
+    assert out.variants["ssn_k4"].result.info["execution"] == "in_process"
+    assert m["actor_vs_local_loss_err"] == 0 and m["actor_vs_local_weight_err"] == 0 and m["actor_bytes_match"] == 1
     assert m["bytes_per_step"] < out.variants["dense_fp32"].result.metrics["bytes_per_step"] / 4
     assert "val_loss_vs_sim_s_link80" in out.variants["ssn_k4"].result.series
     # reach: time to dense's own last loss, per seed; dense gets there by its last evaluation at the latest

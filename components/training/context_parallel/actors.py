@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from components.core.raytools import failure_reason
 from components.training.context_parallel.ring import expand_block, rank_attention
 from components.training.context_parallel.wire import decode_index, encode_index, make_codec
 
@@ -102,11 +103,6 @@ class RingRank:
                 "bytes_in": dict(self.bytes_in), "hops_in": dict(self.hops_in)}
 
 
-def _reason(e: Exception) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".strip()
-
-
 def run_actor_ring(chunks_in: list[dict], kv: str, codec: str, bucket: int, M: int, basis_k, basis_v,
                    douts: list[torch.Tensor], nodes=None, key: str = "cp", fail_rank: int = -1,
                    fail_hop: int = 1, timeout_s: float = 300.0) -> dict:
@@ -135,7 +131,7 @@ def run_actor_ring(chunks_in: list[dict], kv: str, codec: str, bucket: int, M: i
         try:
             return ray.get(refs, timeout=timeout_s)
         except (RayActorError, ActorDiedError, ActorUnavailableError) as e:
-            raise RingActorDied(f"ring actor died during {what}: {_reason(e)}") from e
+            raise RingActorDied(f"ring actor died during {what}: {failure_reason(e)}") from e
         except GetTimeoutError as e:
             raise RingActorDied(f"ring actors gave no answer within {timeout_s:g} s during {what}") from e
 

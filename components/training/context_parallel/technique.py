@@ -4,7 +4,6 @@ subspaces; bytes of every hop on the shared Link, simulated time to the uncompre
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -12,6 +11,7 @@ import numpy as np
 import torch
 
 from components.core.errors import require
+from components.core.memory import PeakRSS
 from components.core.netsim import Link
 from components.core.registry import technique
 from components.core.result import Result
@@ -78,28 +78,6 @@ class CPParams(CPSetup):
     def spec(self, seed: int) -> RingSpec:
         return RingSpec(chunks=self.chunks, kv=self.kv, codec=self.codec, r=self.r if self.kv != "dense" else 0,
                         M=self.M, bucket=self.bucket, balance=self.balance, seed=seed)
-
-
-class PeakRSS:
-    """Peak resident memory (MB) of this process while the block runs, sampled every 0.2 s."""
-
-    def __enter__(self):
-        import psutil
-
-        self._p, self.peak_mb, self._stop = psutil.Process(os.getpid()), 0.0, threading.Event()
-
-        def loop():
-            while not self._stop.is_set():
-                self.peak_mb = max(self.peak_mb, self._p.memory_info().rss / 2 ** 20)
-                self._stop.wait(0.2)
-        self._t = threading.Thread(target=loop, daemon=True)
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join()
-        self.peak_mb = max(self.peak_mb, self._p.memory_info().rss / 2 ** 20)
 
 
 @technique("context_parallel", family="training", params=CPParams, inputs=("corpus",),

@@ -1,6 +1,7 @@
 """One pipeline stage: its module, its optimizer and the codecs of its two boundaries.
 
-Hosted in a Ray actor (:func:`start_stages`) or used in-process (tests, the reference check).
+Hosted in a Ray actor (:func:`start_stages`) or in this process behind the same call interface
+(:func:`local_stages`: ``stage.forward.remote(...)`` runs the call at once), so one driver loop runs both.
 Per micro-batch the stage keeps what autograd needs for the backward: the tensor it sent and the
 leaf it received. It records, per step, the thread CPU time of every forward and backward, the
 bytes of every message it produced, and the relative error of what the next stage rebuilds.
@@ -104,6 +105,9 @@ class StageWorker:
     def grads(self) -> dict[str, torch.Tensor]:
         return {n: p.grad.detach().clone() for n, p in self.module.named_parameters() if p.grad is not None}
 
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self.module.named_parameters()}
+
     def step(self, lr: float) -> dict:
         """Optimizer step at ``lr``; returns this step's timings and bytes, then resets them."""
         t0 = time.thread_time()
@@ -131,3 +135,44 @@ def start_stages(workers_args: list[dict]):
 
     cls = ray.remote(num_cpus=0, max_restarts=0)(StageWorker)
     return [cls.options(name=None).remote(**a) for a in workers_args]
+
+
+class Done:
+    """The value of a call that already ran in this process: what an ObjectRef is to a Ray actor."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _received(x):
+    """An argument as the callee receives it: a finished call's value, tensors copied as Ray would."""
+    if isinstance(x, Done):
+        x = x.value
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, tuple):
+        return tuple(_received(v) for v in x)
+    return x
+
+
+class _LocalMethod:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return Done(self.fn(*(_received(a) for a in args)))
+
+
+class LocalStage:
+    """A :class:`StageWorker` in this process with the actor call interface (``stage.method.remote``)."""
+
+    def __init__(self, worker: StageWorker):
+        self.worker = worker
+
+    def __getattr__(self, name):
+        return _LocalMethod(getattr(self.worker, name))
+
+
+def local_stages(workers_args: list[dict]) -> list[LocalStage]:
+    """The stages of :func:`start_stages` in this process (same code, no Ray calls or object transfers)."""
+    return [LocalStage(StageWorker(**a)) for a in workers_args]

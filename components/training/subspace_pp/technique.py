@@ -4,6 +4,12 @@ actors (one stage per actor), every boundary message coded by one codec and char
 
 One call runs one codec and one seed. Before the first optimizer step the pipelined loss and
 gradients are compared with the same model run in one process (``loss_rel_err``, ``grad_rel_err``).
+
+``execution``: ``actors`` trains on the stage actors throughout; ``in_process`` (what the full
+experiment uses: ~4x faster here, where Ray calls and object transfers cost ~5x the compute of these
+tiny stages) runs the same StageWorker code in the driver after the first ``actor_check_steps`` steps
+ran on the stage actors from the same initial weights and batches, and records how far the two
+differ (losses, bytes, weights: ``actor_vs_local_*``; 0 when they are bitwise equal).
 The simulated clock is the GPipe schedule on each configured link (``links``: name -> link), from
 the stages' measured compute (thread CPU time) and the bytes the codec really produced.
 """
@@ -29,7 +35,7 @@ from components.training.ddp.optim import lr_at
 from components.training.subspace_pp.codecs import BoundaryCodec
 from components.training.subspace_pp.model import build_stages, reference_loss
 from components.training.subspace_pp.schedule import gpipe_step_s
-from components.training.subspace_pp.stage import start_stages
+from components.training.subspace_pp.stage import Done, LocalStage, local_stages, start_stages
 
 VAL_SEED = 20_251  # the validation windows are the same for every variant and seed
 
@@ -66,6 +72,8 @@ class SubspacePPParams:
     die_stage: int = -1             # fault injection: this stage's process exits at step die_at_step
     die_at_step: int = 1
     timeout_s: float = 300.0        # no answer from the pipeline for this long: the variant fails
+    execution: Literal["actors", "in_process"] = "actors"
+    actor_check_steps: int = 8      # in_process: these first steps also run on the stage actors
 
     def check(self):
         require(self.n_layer >= 1, "n_layer", self.n_layer, "a positive integer")
@@ -93,6 +101,12 @@ class SubspacePPParams:
             Link.from_config(cfg, key=f"links.{name}")
         require(-1 <= self.die_stage < self.stages, "die_stage", self.die_stage, f"-1 (none) or a stage in [0, {self.stages})")
         require(self.timeout_s > 0, "timeout_s", self.timeout_s, "positive seconds")
+        if self.execution == "in_process":
+            require(1 <= self.actor_check_steps <= self.steps, "actor_check_steps", self.actor_check_steps,
+                    f"an integer in [1, steps={self.steps}] (execution: in_process)")
+        if self.execution == "in_process" and self.die_stage >= 0:
+            require(self.die_at_step < self.actor_check_steps, "die_at_step", self.die_at_step,
+                    f"below actor_check_steps={self.actor_check_steps} (in_process: only those steps run on actors)")
 
 
 def _fwd_pass(actors, step: int, x, y, micro: int, train: bool):
@@ -114,6 +128,8 @@ class _Pipeline:
         self.actors, self.timeout_s = actors, timeout_s
 
     def get(self, refs, step: int):
+        if all(isinstance(r, Done) for r in refs):   # in-process stages: the calls already ran
+            return [r.value for r in refs]
         import ray
         from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
 
@@ -158,6 +174,8 @@ class _Pipeline:
         return float(np.mean(self.get(refs, step)))
 
     def close(self):
+        if not self.actors or isinstance(self.actors[0], LocalStage):
+            return
         import ray
 
         for a in self.actors:
@@ -165,6 +183,28 @@ class _Pipeline:
                 ray.kill(a)
             except Exception:
                 pass
+
+
+def actor_check(args: list[dict], p: SubspacePPParams, corpus, seed: int):
+    """The first ``actor_check_steps`` training steps on the stage actors, drawing the batches the
+    in-process run draws: (per-step losses, per-step stage stats, stage weights after them)."""
+    pipe = _Pipeline(start_stages(args), p.timeout_s)
+    rng = np.random.default_rng(seed)
+    losses, stats = [], []
+    try:
+        for step in range(p.actor_check_steps):
+            x, y = sample_batch(corpus.train, p.batch, p.context, rng)
+            lr = lr_at(step, p.steps, p.lr, p.warmup, p.final_lr_frac)
+            losses.append(pipe.train_step(step, x, y, p.micro_batches, lr))
+            stats.append(pipe.opt_step(step, lr))
+        weights = pipe.get([a.weights.remote() for a in pipe.actors], p.actor_check_steps)
+    finally:
+        pipe.close()
+    return losses, stats, weights
+
+
+def _bytes_of(st: list[dict]) -> list:
+    return [(s["fwd_bytes"], s["bwd_bytes"]) for s in st]
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -207,7 +247,10 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
     rng = np.random.default_rng(ctx.seed)
     vrng = np.random.default_rng(VAL_SEED)
     val = [sample_batch(corpus.val, p.batch, p.context, vrng) for _ in range(max(p.eval_batches, p.final_eval_batches))]
-    pipe = _Pipeline(start_stages(args), p.timeout_s)
+    check = actor_check(args, p, corpus, ctx.seed) if p.execution == "in_process" else None
+    pipe = _Pipeline(local_stages(args) if check else start_stages(args), p.timeout_s)
+    actor_err = {"actor_vs_local_loss_err": math.nan, "actor_vs_local_weight_err": math.nan,
+                 "actor_bytes_match": math.nan}
     train_loss, sim = [], {n: [] for n in links}
     compute_s, wall_step, fwd_bytes, bwd_bytes = [], [], [], []
     eval_steps, eval_vals, eval_tokens, eval_sim = [], [], [], {n: [] for n in links}
@@ -232,6 +275,16 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
                 loss_err, grad_err = reference_errors(ref_stages, x, y, train_loss[0], pipe.grads(step))
             st = pipe.opt_step(step, lr)
             wall_step.append(time.perf_counter() - t0)
+            if check is not None:
+                if step < p.actor_check_steps:
+                    actor_err["actor_bytes_match"] = float(_bytes_of(st) == _bytes_of(check[1][step])
+                                                           and actor_err["actor_bytes_match"] != 0.0)
+                if step == p.actor_check_steps - 1:
+                    n = p.actor_check_steps
+                    actor_err["actor_vs_local_loss_err"] = float(np.max(np.abs(np.subtract(train_loss[:n], check[0]))))
+                    local_w = pipe.get([a.weights.remote() for a in pipe.actors], step)
+                    actor_err["actor_vs_local_weight_err"] = max(
+                        float((lw[k] - aw[k]).abs().max()) for lw, aw in zip(local_w, check[2]) for k in lw)
             fwd = [s["fwd_s"] for s in st]
             bwd = [s["bwd_s"] for s in st]
             fb = [s["fwd_bytes"] for s in st[:-1]]
@@ -269,6 +322,7 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
         "peak_rss_mb": sum(s["peak_rss_mb"] for s in stats) + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "tokens": float(p.steps * tokens_per_step),
         "wall_s": time.perf_counter() - t_start,
+        **actor_err,
     }
     metrics["last_eval_loss"] = float(eval_vals[-1])   # the series' own measure: what reach: targets
     series = {"train_loss": train_loss, "val_loss": (eval_steps, eval_vals),
@@ -277,7 +331,7 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
         metrics[f"sim_step_s_{n}"] = float(np.mean(sim[n]))
         metrics[f"sim_time_s_{n}"] = float(np.sum(sim[n]))
         series[f"val_loss_vs_sim_s_{n}"] = (eval_sim[n], eval_vals, f"simulated seconds ({n})")
-    info = {"schedule": "GPipe (fill-drain), backwards in micro-batch order",
+    info = {"schedule": "GPipe (fill-drain), backwards in micro-batch order", "execution": p.execution,
             "codec": p.codec, "vocab": corpus.vocab_size,
             "links": {n: {"bandwidth_bps": l.bandwidth_bps, "latency_s": l.latency_s} for n, l in links.items()},
             "stage_pids": [s["pid"] for s in stats]}

@@ -1,0 +1,177 @@
+"""The three MeCeFO approximations on the shared GPT's pre-LN block, each switchable, and the
+saved-activation accounting.
+
+For one micro-batch run in MeCeFO mode every block computes (spec sheet, per-layer rules):
+
+1. ``skip_attn``: ``h = x + stopgrad(A(LN1 x))``: the attention runs forward outside autograd, so
+   backward reaches ``x`` through the residual only and the attention weights get no gradient from
+   this micro-batch; nothing of the attention is stored.
+2. ``recompute_ffn``: the FFN (LN2 + MLP) is activation-checkpointed: only its input is stored and
+   the FFN is recomputed in backward.
+3. ``lowrank``: each FFN linear ``W (out x in)`` with input ``X`` keeps only ``X P`` (tokens x r) and
+   its weight gradient is ``(G^T (X P)) P^T`` with ``P = N(0, 1/r)`` drawn per layer, linear and step
+   (``E[P P^T] = I``: unbiased); the input gradient ``G W`` stays exact. At ``r >= in``, ``P = I``
+   and the weight gradient is exact (the same custom backward, so the exactness check covers it).
+
+:func:`approximated` swaps the blocks' forward for the duration of one micro-batch, so the model
+itself (``GPT.forward``) is reused unchanged. :class:`SavedBytes` counts what autograd keeps for
+backward (``torch.autograd.graph.saved_tensors_hooks``), parameters excluded, each storage once.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+
+from components.core.errors import require
+
+
+@dataclass(frozen=True)
+class Approx:
+    """Which approximations a MeCeFO micro-batch uses; ``rank`` 0: in/8 per linear (the sheet's r)."""
+
+    skip_attn: bool = True
+    recompute_ffn: bool = True
+    lowrank: bool = True
+    rank: int = 0
+
+    def r(self, fan_in: int) -> int:
+        """Rank of the weight-gradient sketch of a linear with ``fan_in`` inputs (fan_in: exact)."""
+        if not self.lowrank:
+            return fan_in
+        return min(fan_in, self.rank) if self.rank else max(1, fan_in // 8)
+
+    @property
+    def exact(self) -> bool:
+        """Gradients equal exact ones (recomputation changes memory and time only)."""
+        return not self.skip_attn and not self.lowrank
+
+
+def check_rank(rank: int, d_model: int, key: str = "rank") -> None:
+    require(isinstance(rank, int) and 0 <= rank <= 4 * d_model, key, rank,
+            f"0 (in/8 per FFN linear) or a rank in [1, {4 * d_model}] (the FFN width 4 x d_model)")
+
+
+class LowRankLinear(torch.autograd.Function):
+    """``y = x W^T + b``; stores ``x P`` and returns the weight gradient ``(G^T x P) P^T``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, P):
+        xp = x.reshape(-1, x.shape[-1]) @ P
+        ctx.save_for_backward(xp, weight, P)
+        ctx.x_shape, ctx.has_bias = x.shape, bias is not None
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xp, weight, P = ctx.saved_tensors
+        g = gy.reshape(-1, gy.shape[-1])
+        gx = (g @ weight).view(ctx.x_shape)
+        gw = (g.t() @ xp) @ P.t()
+        return gx, gw, g.sum(0) if ctx.has_bias else None, None
+
+
+def projection(fan_in: int, r: int, gen: torch.Generator) -> torch.Tensor:
+    """P (fan_in x r): Gaussian / sqrt(r) (unbiased sketch), the identity at full rank."""
+    if r >= fan_in:
+        return torch.eye(fan_in)
+    return torch.randn(fan_in, r, generator=gen) / math.sqrt(r)
+
+
+def _ffn(blk, h: torch.Tensor, Ps) -> torch.Tensor:
+    """LN2 + MLP of a pre-LN block, its two linears with sketched weight gradients when ``Ps``."""
+    up, act, down, drop = blk.mlp
+    z = blk.ln2(h)
+    if Ps is None:
+        return drop(down(act(up(z))))
+    z = LowRankLinear.apply(z, up.weight, up.bias, Ps[0])
+    return drop(LowRankLinear.apply(act(z), down.weight, down.bias, Ps[1]))
+
+
+def block_forward(blk, x: torch.Tensor, a: Approx, Ps) -> torch.Tensor:
+    """One pre-LN block under MeCeFO rules ``a`` (``Ps``: the two FFN projections, or None)."""
+    if a.skip_attn:
+        with torch.no_grad():
+            att = blk.attn(blk.ln1(x), blk.layer, None)
+    else:
+        att = blk.attn(blk.ln1(x), blk.layer, None)
+    h = x + att                        # the residual path keeps its gradient either way
+    if a.recompute_ffn and torch.is_grad_enabled() and h.requires_grad:
+        return h + checkpoint(_ffn, blk, h, Ps, use_reentrant=True)
+    return h + _ffn(blk, h, Ps)
+
+
+def check_model(model) -> None:
+    """MeCeFO's rules are written for the pre-LN block (ln1, attn, ln2, 4x MLP)."""
+    require(model.cfg.block == "pre_ln", "block", model.cfg.block, "pre_ln (MeCeFO's per-layer rules are for it)")
+
+
+@contextmanager
+def approximated(model, a: Approx | None, gen: torch.Generator | None = None):
+    """Run ``model`` with MeCeFO blocks (projections drawn from ``gen``) inside the block; None: exact."""
+    if a is None:
+        yield model
+        return
+    check_model(model)
+    gen = gen or torch.Generator().manual_seed(0)
+    for blk in model.blocks:
+        up, _, down, _ = blk.mlp
+        Ps = None
+        if a.lowrank:
+            Ps = tuple(projection(lin.in_features, a.r(lin.in_features), gen) for lin in (up, down))
+        blk.forward = (lambda b, P: lambda x, cache=None: block_forward(b, x, a, P))(blk, Ps)
+    try:
+        yield model
+    finally:
+        for blk in model.blocks:
+            del blk.forward
+
+
+def microbatch_loss(model, x, y, a: Approx | None, gen: torch.Generator | None = None) -> torch.Tensor:
+    """Mean next-token cross-entropy of one micro-batch, exact (``a`` None) or under MeCeFO rules."""
+    with approximated(model, a, gen):
+        return model(x, y)[1]
+
+
+class SavedBytes:
+    """Bytes autograd saves for backward inside the block: non-parameter tensors, each storage once."""
+
+    def __init__(self, model=None):
+        self._params = {p.untyped_storage().data_ptr() for p in model.parameters()} if model is not None else set()
+        self._seen: dict[int, int] = {}
+
+    def _pack(self, t: torch.Tensor):
+        st = t.untyped_storage()
+        ptr = st.data_ptr()
+        if ptr not in self._params and not isinstance(t, torch.nn.Parameter):
+            self._seen[ptr] = max(self._seen.get(ptr, 0), st.nbytes())
+        return t
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self._seen.values())
+
+    def __enter__(self):
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)
+
+
+def flat_grad(model) -> torch.Tensor:
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in model.parameters()])
+
+
+def grad_of(model, x, y, a: Approx | None, gen: torch.Generator | None = None, scale: float = 1.0) -> torch.Tensor:
+    """Flat gradient of ``scale`` x one micro-batch's loss (``.grad`` cleared before and after)."""
+    model.zero_grad(set_to_none=True)
+    (microbatch_loss(model, x, y, a, gen) * scale).backward()
+    g = flat_grad(model)
+    model.zero_grad(set_to_none=True)
+    return g

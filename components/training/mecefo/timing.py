@@ -1,0 +1,90 @@
+"""Prepare step ``mecefo_timing``: per-micro-batch fwd+bwd time and saved-activation bytes of the
+exact pass and of every combination of MeCeFO's three approximations, on the timing model (the
+sheet's planned 4L/d128/ctx128 GPT, batch 16), measured once and cached.
+
+CPU timing on a shared machine is noisy: the modes are timed round-robin (each repetition runs
+every mode once, so load drifts hit them alike) and the virtual clock uses medians.
+"""
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from components.core.errors import require
+from components.core.registry import prepare_step
+from components.models.gpt import GPT, GPTConfig
+from components.training.mecefo.approx import Approx, SavedBytes, check_rank, microbatch_loss
+
+
+def mode_key(a: Approx | None) -> str:
+    """'exact', or e.g. 'skip+recompute+lowrank' (rank 0: in/8) for a MeCeFO micro-batch."""
+    if a is None:
+        return "exact"
+    on = [n for n, f in (("skip", a.skip_attn), ("recompute", a.recompute_ffn), ("lowrank", a.lowrank)) if f]
+    return "+".join(on) or "none"
+
+
+def all_modes(rank: int) -> dict[str, Approx | None]:
+    modes: dict[str, Approx | None] = {"exact": None}
+    for s, r, lr in itertools.product((True, False), repeat=3):
+        a = Approx(skip_attn=s, recompute_ffn=r, lowrank=lr, rank=rank)
+        modes[mode_key(a)] = a
+    return modes
+
+
+@dataclass
+class TimingParams:
+    n_layer: int = 4
+    n_head: int = 4
+    d_model: int = 128
+    context: int = 128
+    batch: int = 16
+    rank: int = 0            # the FFN sketch rank (0: in/8); variants must use the same
+    reps: int = 25
+    warmup: int = 2
+    threads: int = 1
+
+    def check(self):
+        for k in ("n_layer", "n_head", "d_model", "context", "batch", "reps", "threads"):
+            require(getattr(self, k) >= 1, k, getattr(self, k), "a positive integer")
+        require(self.d_model % self.n_head == 0, "n_head", self.n_head, f"a divisor of d_model={self.d_model}")
+        check_rank(self.rank, self.d_model)
+
+
+def measure(p: TimingParams, vocab: int, seed: int = 0) -> dict:
+    """{mode: {"s": median seconds fwd+bwd, "saved_bytes": ...}} plus the model's size."""
+    torch.set_num_threads(p.threads)
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=vocab, n_layer=p.n_layer, n_head=p.n_head, d_model=p.d_model, context=p.context))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, vocab, (p.batch, p.context), generator=g)
+    y = torch.randint(0, vocab, (p.batch, p.context), generator=g)
+    modes = all_modes(p.rank)
+    times: dict[str, list[float]] = {k: [] for k in modes}
+    out: dict[str, dict] = {}
+    for k, a in modes.items():
+        with SavedBytes(model) as sb:
+            microbatch_loss(model, x, y, a, torch.Generator().manual_seed(1))
+        out[k] = {"saved_bytes": sb.nbytes}
+    for rep in range(p.warmup + p.reps):
+        for k, a in modes.items():
+            model.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            microbatch_loss(model, x, y, a, torch.Generator().manual_seed(rep)).backward()
+            dt = time.perf_counter() - t0
+            if rep >= p.warmup:
+                times[k].append(dt)
+    for k in modes:
+        out[k]["s"] = statistics.median(times[k])
+    return {"modes": out, "n_params": sum(q.numel() for q in model.parameters()), "params": vars(p).copy()}
+
+
+@prepare_step("mecefo_timing", params=TimingParams, inputs=("corpus",),
+              summary="MeCeFO step-time microbenchmark: median fwd+bwd per micro-batch and saved-activation bytes, "
+                      "exact and under every combination of the three approximations (4L/d128 GPT, batch 16).")
+def prepare_mecefo_timing(p: TimingParams, ctx) -> dict:
+    return measure(p, ctx.input("corpus").vocab_size)

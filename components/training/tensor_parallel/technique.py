@@ -1,0 +1,150 @@
+"""Registered technique ``tensor_parallel``: the shared GPT with one block kind (``pre_ln``,
+``parallel``, ``fal``, ``fal_plus``) under Megatron TP-``tp``. Trains single-process (same math),
+measures one rank's compute with the communication taken out, charges every all-reduce the rank
+issues to the shared Link (comm-bound and datacenter presets), and after training runs one step on
+``tp`` Ray actors over gloo against the single-process model (forward, backward, counts, bytes)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from components.core.errors import require
+from components.core.memory import PeakRSS
+from components.core.netsim import Link
+from components.core.registry import technique
+from components.core.result import Result
+from components.data.char_corpus import sample_batch
+from components.models.gpt import GPTConfig
+from components.training.tensor_parallel import simtime
+from components.training.tensor_parallel.check import tp_exactness
+from components.training.tensor_parallel.model import check_tp
+from components.training.tensor_parallel.ranks import RankTimer
+from components.training.tensor_parallel.train import train
+
+DEFAULT_LINKS = {"comm_bound": {"bandwidth": "1Gbps", "latency": "50us"},    # the sheet's comm-bound link
+                 "dc": {"bandwidth": "100Gbps", "latency": "5us"}}           # a datacenter fabric
+
+
+@dataclass
+class TPParams:
+    """Model (``block`` on the one GPT), TP degree, schedule, links, and the actor check."""
+
+    block: str = "pre_ln"
+    tp: int = 2
+    n_layer: int = 6
+    n_head: int = 4
+    d_model: int = 64
+    context: int = 64
+    batch: int = 16
+    steps: int = 1500
+    lr: float = 3e-3
+    warmup: int = 50
+    final_lr_frac: float = 0.1
+    weight_decay: float = 0.1
+    eval_every: int = 100
+    eval_batches: int = 8
+    final_eval_batches: int = 40
+    threads: int = 1
+    timing_repeats: int = 3       # one rank's step compute: this many timed steps at every evaluation, best of all
+    links: dict = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_LINKS.items()})
+    actor_check: bool = True      # one step on tp rank actors (gloo) after training
+    check_batch: int = 4
+    fail_rank: int = -1           # fault injection: this rank's actor exits at the check step
+    timeout_s: float = 120.0
+
+    def gpt(self, vocab_size: int = 2) -> GPTConfig:
+        return GPTConfig(vocab_size=vocab_size, n_layer=self.n_layer, n_head=self.n_head, d_model=self.d_model,
+                         context=self.context, block=self.block)
+
+    def check(self):
+        for k in ("n_layer", "n_head", "d_model", "batch", "steps", "eval_batches", "final_eval_batches",
+                  "threads", "timing_repeats", "check_batch"):
+            require(isinstance(getattr(self, k), int) and getattr(self, k) >= 1, k, getattr(self, k), "a positive integer")
+        require(isinstance(self.eval_every, int) and self.eval_every >= 0, "eval_every", self.eval_every,
+                "0 (final only) or a positive interval")
+        cfg = self.gpt().check()                 # unknown block: one ConfigError naming the registered ones
+        require(isinstance(self.tp, int) and self.tp >= 2, "tp", self.tp, "a TP degree of at least 2")
+        check_tp(self.tp, cfg)
+        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
+        require(0 <= self.warmup < self.steps, "warmup", self.warmup, f"in [0, steps={self.steps})")
+        require(0 <= self.final_lr_frac <= 1, "final_lr_frac", self.final_lr_frac, "a fraction in [0, 1]")
+        require(isinstance(self.links, dict) and set(self.links) == set(DEFAULT_LINKS), "links", self.links,
+                "a mapping with exactly the links comm_bound and dc, each {bandwidth, latency}")
+        for name, c in self.links.items():
+            Link.from_config(c, key=f"links.{name}")
+        require(isinstance(self.fail_rank, int) and -1 <= self.fail_rank < self.tp, "fail_rank", self.fail_rank,
+                f"-1 (none) or a rank in [0, {self.tp - 1}]")
+        require(self.timeout_s > 0, "timeout_s", self.timeout_s, "a positive number of seconds")
+
+
+@technique("tensor_parallel", family="training", params=TPParams, inputs=("corpus",),
+           summary="Megatron TP-2 of the shared GPT with pre-LN, parallel (GPT-J), FAL or FAL+ blocks: every "
+                   "all-reduce counted and charged to 1 Gbps and 100 Gbps links, TP ranks as Ray actors over "
+                   "gloo checked equal to the single-process model.")
+def run_tensor_parallel(p: TPParams, ctx) -> Result:
+    corpus = ctx.input("corpus")
+    cfg = p.gpt(corpus.vocab_size)
+    x, y = sample_batch(corpus.train, p.batch, p.context, np.random.default_rng(ctx.seed + 999))
+    timer: list[RankTimer] = []
+
+    def time_rank(model):
+        if not timer:
+            timer.append(RankTimer(model, p.tp, p.threads))
+        timer[0].sample(x, y, p.timing_repeats)
+
+    t0 = time.perf_counter()
+    with PeakRSS() as mem:
+        out = train(cfg, corpus, ctx.seed, p.steps, p.batch, p.lr, p.warmup, p.final_lr_frac, p.weight_decay,
+                    p.eval_every, p.eval_batches, p.final_eval_batches, p.threads, progress=ctx.progress,
+                    on_eval=time_rank)
+        model = out["model"]
+        rank = timer[0].result()
+        xc, yc = sample_batch(corpus.val, p.check_batch, p.context, np.random.default_rng(ctx.seed + 777))
+        check = tp_exactness(model, xc, yc, p.tp, use_actors=p.actor_check, timeout_s=p.timeout_s,
+                             fail_rank=p.fail_rank)
+    links = {n: Link.from_config(c, key=f"links.{n}") for n, c in p.links.items()}
+    sims = {n: simtime.sim_step(rank["compute_s"], rank["sizes"], link, p.tp) for n, link in links.items()}
+    c, f = rank["counts"], rank["fwd_counts"]
+    per_step = {"allreduces_per_forward": float(f["fwd_allreduces"]),
+                "allreduces_per_backward": float(c["bwd_allreduces"]),
+                "param_allreduces_per_step": float(c["param_allreduces"]),
+                "allreduces_per_step": float(len(rank["sizes"])),
+                "allreduce_bytes_per_step": float(sum(rank["sizes"])),
+                "allreduce_bytes_per_forward": float(f["fwd_bytes"])}
+    # the check batch is smaller than the training batch: compare counts, and bytes scaled per sequence
+    actor_counts_match = float(all(check[k] == per_step[k] for k in ("allreduces_per_forward", "allreduces_per_backward",
+                                                                     "param_allreduces_per_step"))
+                               and check["allreduce_bytes_per_step"] == _bytes_at(rank, p.batch, p.check_batch))
+    tokens = p.batch * p.context
+    cb, dc = sims["comm_bound"], sims["dc"]
+    m = {"final_val_loss": out["final_val_loss"], **per_step,
+         "sim_step_s": cb["sim_step_s"], "sim_step_s_dc": dc["sim_step_s"],
+         "compute_s_per_step": rank["compute_s"], "comm_s_per_step": cb["comm_s"], "comm_s_per_step_dc": dc["comm_s"],
+         "comm_share": cb["comm_s"] / cb["sim_step_s"],
+         "tokens_per_s": tokens / cb["sim_step_s"], "tokens_per_s_dc": tokens / dc["sim_step_s"],
+         "max_tp_abs_err": check["max_tp_abs_err"], "tp_fwd_abs_err": check["tp_fwd_abs_err"],
+         "tp_grad_abs_err": check["tp_grad_abs_err"], "tp_actor_counts_match": actor_counts_match,
+         "tp_check_wall_s": check["tp_check_wall_s"], "tp_check_comm_s": check["tp_check_comm_s"],
+         "train_s_per_step": out["train_s_per_step"], "n_layer": float(p.n_layer), "tp": float(p.tp),
+         "n_params": float(sum(q.numel() for q in model.parameters())), "peak_rss_mb": mem.peak_mb,
+         "wall_s": time.perf_counter() - t0}
+    series = {"val_loss": (out["steps"], out["val_loss"]),
+              "val_loss_vs_sim_s": ([s * cb["sim_step_s"] for s in out["steps"]], out["val_loss"],
+                                    "simulated s (TP-2, 1 Gbps / 50 us)"),
+              "val_loss_vs_sim_s_dc": ([s * dc["sim_step_s"] for s in out["steps"]], out["val_loss"],
+                                       "simulated s (TP-2, 100 Gbps / 5 us)"),
+              "train_loss": out["train_loss"]}
+    return Result(metrics=m, series=series,
+                  info={"block": p.block, "tp": p.tp, "links": p.links, "sim": sims, "rank_counts": c,
+                        "actor_check": {k: v for k, v in check.items()},
+                        "link_model": "each all-reduce a blocking ring all-reduce over tp ranks on the Link; "
+                                      "compute = one rank's measured step (forward, backward, AdamW), comm taken out"})
+
+
+def _bytes_at(rank: dict, batch: int, check_batch: int) -> float:
+    """Bytes per step at ``check_batch`` sequences: activation all-reduces scale with the batch, the
+    ``param`` bucket does not."""
+    act = rank["counts"]["fwd_bytes"] + rank["counts"]["bwd_bytes"]
+    return act * check_batch / batch + rank["counts"]["param_bytes"]
