@@ -213,3 +213,19 @@ def test_a_dying_stage_actor_ends_the_variant_failed_through_the_dag(run_experim
     assert v.status == "FAILED" and "pipeline stage [1] actor died" in v.error, (v.status, v.error)
     run = mlflow_client.get_run(v.run_id)
     assert run.info.status == "FAILED" and "actor died" in run.data.tags.get("error", "")
+
+
+def test_peak_rss_counts_each_process_once():
+    # Prepare: in in_process mode every stage reports the driver's pid; in actor mode, its own
+    import os
+
+    from components.training.subspace_pp.technique import peak_rss_mb
+
+    me = os.getpid()
+    local = [{"pid": me, "peak_rss_mb": 1.0} for _ in range(4)]
+    actors = [{"pid": 10_000_000 + i, "peak_rss_mb": 100.0} for i in range(4)]
+    # Execute
+    driver_only, with_actors = peak_rss_mb(local), peak_rss_mb(actors)
+    # Assert: the driver once (its own figure, not the stages' 4 copies), plus each actor
+    assert driver_only == peak_rss_mb([])
+    assert with_actors == driver_only + 400.0

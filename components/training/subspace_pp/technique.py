@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import resource
 import time
 from dataclasses import dataclass, field
@@ -319,7 +320,7 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
         "max_boundary_rel_err": max(s["max_rel_err"] for s in stats),
         "loss_rel_err": loss_err,
         "grad_rel_err": grad_err,
-        "peak_rss_mb": sum(s["peak_rss_mb"] for s in stats) + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "peak_rss_mb": peak_rss_mb(stats),
         "tokens": float(p.steps * tokens_per_step),
         "wall_s": time.perf_counter() - t_start,
         **actor_err,
@@ -336,3 +337,12 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
             "links": {n: {"bandwidth_bps": l.bandwidth_bps, "latency_s": l.latency_s} for n, l in links.items()},
             "stage_pids": [s["pid"] for s in stats]}
     return Result(metrics=metrics, series=series, info=info)
+
+
+def peak_rss_mb(stats: list[dict]) -> float:
+    """Peak RSS of the driver plus each distinct stage process: in ``in_process`` mode every stage
+    reports the driver's own figure, so stages are counted once per pid."""
+    per_pid = {os.getpid(): resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    for s in stats:
+        per_pid[s["pid"]] = max(per_pid.get(s["pid"], 0.0), s["peak_rss_mb"])
+    return float(sum(per_pid.values()))
