@@ -104,3 +104,19 @@ def per_seed_table(out, metric: str) -> None:
             v = so.result.metrics.get(metric) if so is not None and so.result is not None else None
             cells.append("" if v is None else f"{v:.4f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def variant_metrics(out) -> dict[str, dict]:
+    """Every variant's seed-aggregated metrics (an empty dict for a variant that produced none)."""
+    return {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
+
+
+def ratio_to(base: dict):
+    """``ratio(r, key, key_b=None)``: ``r[key] / base[key_b or key]``, NaN where either is missing or 0."""
+    nan = float("nan")
+
+    def ratio(r: dict, key: str, key_b: str | None = None) -> float:
+        den = base.get(key_b or key, nan)
+        return r.get(key, nan) / den if den else nan
+
+    return ratio

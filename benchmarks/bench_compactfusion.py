@@ -14,19 +14,16 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import run_isolated  # noqa: E402
+from benchmarks._util import ratio_to, run_isolated, variant_metrics  # noqa: E402
 
 NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("compactfusion", *overrides)
-    m = {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
+    m = variant_metrics(out)
     sync = m.get("sync", {})
-
-    def ratio(a: dict, key: str, b: dict = sync, key_b: str | None = None) -> float:
-        den = b.get(key_b or key, NAN)
-        return a.get(key, NAN) / den if den else NAN
+    ratio = ratio_to(sync)
 
     print(f"## compactfusion full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
           f"claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")
@@ -38,7 +35,7 @@ def main(overrides: list[str]) -> None:
         r = m[name]
         print(f"| {name} | {o.status} | {r.get('psnr_db', NAN):.2f} +- {r.get('psnr_db_se', NAN):.2f} "
               f"| {r.get('ssim', NAN):.4f} | {r.get('class_acc', NAN):.3f} | {r.get('bytes_per_step', NAN):.0f} "
-              f"| {ratio(r, 'bytes_per_step'):.4f} | {ratio(r, 'bytes_per_step_steady', sync, 'bytes_per_step'):.4f} "
+              f"| {ratio(r, 'bytes_per_step'):.4f} | {ratio(r, 'bytes_per_step_steady', 'bytes_per_step'):.4f} "
               f"| {ratio(r, 'sim_latency_s_nvlink'):.3f} | {ratio(r, 'sim_latency_s_pcie'):.3f} "
               f"| {ratio(r, 'sim_latency_s_ethernet'):.3f} | {r.get('recon_rel_err_last', NAN):.4f} "
               f"| {r.get('recon_err_growth', NAN):.2f} | {r.get('base_mismatch', NAN):.2e} "

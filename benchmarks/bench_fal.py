@@ -13,19 +13,16 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import run_isolated  # noqa: E402
+from benchmarks._util import ratio_to, run_isolated, variant_metrics  # noqa: E402
 
 NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("fal", *overrides)
-    m = {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
+    m = variant_metrics(out)
     base = m.get("pre_ln", {})
-
-    def ratio(a: dict, key: str) -> float:
-        den = base.get(key, NAN)
-        return a.get(key, NAN) / den if den else NAN
+    ratio = ratio_to(base)
 
     print(f"## fal full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
           f"claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")

@@ -14,19 +14,16 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, run_isolated  # noqa: E402
+from benchmarks._util import claims_table, headline, ratio_to, run_isolated, variant_metrics  # noqa: E402
 
 NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("mecefo", *overrides)
-    m = {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
+    m = variant_metrics(out)
     ff = m.get("fault_free", {})
-
-    def ratio(a: dict, key: str) -> float:
-        den = ff.get(key, NAN)
-        return a.get(key, NAN) / den if den else NAN
+    ratio = ratio_to(ff)
 
     headline("mecefo", out, peak, wall)
     print("| variant | status | final_val_loss (+-se) | loss / fault-free | tokens/s (virtual) | / fault-free | "
