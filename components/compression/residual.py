@@ -29,6 +29,7 @@ import torch
 
 from components.compression.torch_codecs import TorchAbsmax, TorchCodec, TorchScaledSign, pack_bits, unpack_bits
 from components.core.errors import require
+from components.core.registry import add
 
 _F16_MAX = 65504.0
 
@@ -235,6 +236,13 @@ class LowRank(MatrixCodec):
 
 CODECS = {"fp32": Fp32, "fp16": Fp16, "int8": Int8, "sign": Sign, "binary": Binary, "int2": Int2,
           "lowrank": LowRank}
+_SUMMARIES = {"fp32": "fp32, lossless", "fp16": "fp16 cast (the synchronous baseline's wire format)",
+              "int8": "8-bit absmax per token", "sign": "scaled sign per token (1 bit + one scale per token)",
+              "binary": "CompactFusion 1-bit: sign times a rank-1 (token x channel) or per-channel fp16 scale",
+              "int2": "CompactFusion INT2: levels {-2s, -s/2, +s/2, +2s} around the same scale",
+              "lowrank": "CompactFusion low-rank: rank-r factors of the matrix, fp16"}
+for _name, _cls in CODECS.items():     # listed by `dtlab list matrix_codec`
+    add("matrix_codec", _name, _cls, _SUMMARIES[_name])
 
 
 def make_matrix_codec(name: str, key: str = "codec", **kw) -> MatrixCodec:

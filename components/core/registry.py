@@ -37,6 +37,8 @@ KINDS: dict[str, str] = {
     "eviction_policy": "cache eviction policies (KV blocks, semantic-cache entries)",
     "codec": "compression codecs (numpy, with bit counting)",
     "torch_codec": "compression codecs for DDP comm hooks (torch, packed)",
+    "matrix_codec": "codecs of token x channel matrices (K/V residuals: components/compression/residual.py)",
+    "reuse_policy": "diffusion block runners that reuse computation across denoising steps",
     "service": "standing HTTP services (dtlab serve NAME)",
 }
 

@@ -222,3 +222,15 @@ def test_calibration_times_a_shard_below_all_tokens():
     h, c = torch.randn(8, 16, 32), torch.randn(8, 32)
     shard, full = time_blocks(m, h, c, [4, 16], reps=3)
     assert 0 < shard < full
+
+
+def test_matrix_codecs_and_reuse_policies_are_registered():
+    # Prepare / Execute
+    from components.compression.residual import CODECS
+    from components.core.registry import entries
+    from components.diffusion.foresight import policies
+
+    codecs, runners = entries("matrix_codec"), entries("reuse_policy")
+    # Assert: `dtlab list` shows every codec the experiments accept, and every reuse policy's class
+    assert set(codecs) == set(CODECS) and all(codecs[n].obj is CODECS[n] for n in CODECS)
+    assert runners["foresight"].obj is policies.Foresight and set(runners) == {"foresight", "static", "teacache", "pab"}

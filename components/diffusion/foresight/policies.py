@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from components.core.registry import add
 from components.diffusion.sampling import BlockRunner
 
 
@@ -192,3 +193,7 @@ class PAB(BlockRunner):
             units += self.upb - int(reuse_s) - int(reuse_t)
         self.count(units)
         return h
+
+
+for _name, _cls in {"foresight": Foresight, "static": StaticN, "teacache": TeaCache, "pab": PAB}.items():
+    add("reuse_policy", _name, _cls)      # listed by `dtlab list reuse_policy`
