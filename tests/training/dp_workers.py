@@ -38,6 +38,12 @@ def _init(rank: int, world: int, port: int) -> None:
 
 def hooks_worker(rank: int, world: int, port: int, out: str) -> None:
     """Train the debug GPT for a few steps with every method; rank 0 writes what each produced."""
+    _run_named(rank, world, port, out, {n: {**BASE_CFG, **over} for n, over in METHODS.items()},
+               ("paths", "train_loss", "final_val_loss", "param_checksum", "n_params"))
+
+
+def _run_named(rank: int, world: int, port: int, out: str, cfgs: dict, keep: tuple) -> None:
+    """Train every named config on this rank; rank 0 writes every rank's ``keep`` figures to ``out``."""
     import torch.distributed as dist
 
     from components.data.char_corpus import build_corpus
@@ -46,10 +52,9 @@ def hooks_worker(rank: int, world: int, port: int, out: str) -> None:
     _init(rank, world, port)
     corpus = build_corpus(max_chars=60_000)
     res = {}
-    for name, over in METHODS.items():
-        cfg = {**BASE_CFG, **over, "vocab_size": corpus.vocab_size}
-        r = run_seed(cfg, 0, corpus.train, corpus.val, rank, world)
-        res[name] = {k: r.get(k) for k in ("paths", "train_loss", "final_val_loss", "param_checksum", "n_params")}
+    for name, cfg in cfgs.items():
+        r = run_seed({**cfg, "vocab_size": corpus.vocab_size}, 0, corpus.train, corpus.val, rank, world)
+        res[name] = {k: r.get(k) for k in keep}
     gathered = [None] * world
     dist.all_gather_object(gathered, res)
     if rank == 0:
@@ -119,3 +124,22 @@ def closed_form_worker(rank: int, world: int, port: int, out: str) -> None:
         torch.save({"ws": ws, "gbars": gbars, "qbars": qbars, "final": final, "lr": lr, "ddp_q": ddp_q,
                     "committed": committed}, out)
     dist.destroy_process_group()
+
+
+TAKEOVER = {  # name -> config overrides: replica 1 down for steps 3..7 of 12 (kills [[3, 1]], down 5)
+    "none": dict(takeover={"recovery": "none"}),
+    "ndb": dict(takeover={"recovery": "ndb", "kills": [[3, 1]], "down_steps": 5}),
+    "mecefo_exact": dict(takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5, "skip_attn": False,
+                                   "lowrank": False}),
+    "mecefo": dict(takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5}),
+    "fal_duo_mecefo": dict(block="fal", method="duo", bits=1, strategy=DuoStrategy,
+                           takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5}),
+}
+
+
+def takeover_worker(rank: int, world: int, port: int, out: str) -> None:
+    """The debug GPT (2 layers) through a fixed failure of replica 1 under each recovery; rank 0
+    writes what each produced."""
+    base = {**BASE_CFG, "method": "fp32", "model": dict(BASE_CFG["model"], n_layer=2)}
+    _run_named(rank, world, port, out, {n: {**base, **over} for n, over in TAKEOVER.items()},
+               ("param_checksum", "takes", "take_cost_ratio", "final_val_loss", "train_loss"))

@@ -1,4 +1,6 @@
-"""The Ray Train worker loop: a char-level GPT trained with DDP on gloo, one strategy per method.
+"""The Ray Train worker loop: a char-level GPT trained with DDP on gloo, one strategy per method,
+any registered block (``cfg["block"]``), and optionally MeCeFO's neighbour takeover through a failure
+schedule (``cfg["takeover"]``, :mod:`components.training.ddp.takeover`).
 
 One TorchTrainer run trains one seed of a variant (``cfg["seed"]``; the DAG runs the seeds). Each
 rank samples its own batches (seeded by seed and rank, identical across methods); rank 0 evaluates
@@ -29,9 +31,10 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     from components.models.gpt import GPT, GPTConfig, evaluate_loss
     from components.training.ddp.optim import lr_at
     from components.training.ddp.strategies import flatten_params
+    from components.training.ddp.takeover import Takeover, TakeoverSpec
 
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=cfg["vocab_size"], **cfg["model"]))
+    model = GPT(GPTConfig(vocab_size=cfg["vocab_size"], block=cfg.get("block", "pre_ln"), **cfg["model"]))
     flat = flatten_params(model)
     ctx_len = cfg["model"]["context"]
     ddp = DDP(model, bucket_cap_mb=cfg["ddp_bucket_mb"])
@@ -39,6 +42,8 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     strat.attach()
     rng = np.random.default_rng(seed * 10_007 + rank)
     steps, fail = cfg["steps"], cfg.get("fail_at")
+    spec = TakeoverSpec.parse(cfg.get("takeover"), world, cfg["model"]["d_model"])
+    tk = Takeover(spec, world, steps, seed, rank) if cfg.get("takeover") is not None else None
     fwd, bwd, opt, hook_s = [], [], [], []
     val_steps, val_loss, train_loss = [], [], []
     train_s = 0.0
@@ -53,22 +58,26 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
             val_steps.append(step)
             val_loss.append(evaluate())
         lr = lr_at(step, steps, cfg["lr"], cfg["warmup"], cfg["final_lr_frac"])
-        x, y = sample_batch(train, cfg["batch"], ctx_len, rng)
+        if tk:   # every micro-batch from (seed, step, j), whoever carries it
+            x, y = tk.batch(train, cfg["batch"], ctx_len, step, rank)
+        else:
+            x, y = sample_batch(train, cfg["batch"], ctx_len, rng)
         fast_before = strat.paths["fast"].seconds
         exposed_before = strat.exposed_s
         t0 = time.perf_counter()
         strat.before_forward(step)
+        take_s = tk.run_extras(ddp, train, cfg["batch"], ctx_len, step) if tk else 0.0
         t1 = time.perf_counter()
         _, loss = ddp(x, y)
         t2 = time.perf_counter()
-        loss.backward()
+        (loss * 0.0 if tk and tk.is_down(step) else loss).backward()   # a down replica sends a zero gradient
         t3 = time.perf_counter()
         strat.after_backward(step, lr)
         t4 = time.perf_counter()
         coll = strat.paths["fast"].seconds - fast_before
         fwd.append(t2 - t1)
         bwd.append(t3 - t2 - coll)
-        opt.append(t4 - t3 - (strat.exposed_s - exposed_before) + (t1 - t0))
+        opt.append(t4 - t3 - (strat.exposed_s - exposed_before) + (t1 - t0 - take_s))
         hook_s.append(coll)
         train_s += t4 - t0
         train_loss.append(loss.item())
@@ -81,7 +90,8 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
            "fwd_s": _median(fwd), "bwd_s": _median(bwd), "opt_s": _median(opt),
            "n_params": sum(p.numel() for p in model.parameters()),
            "paths": {k: vars(v).copy() for k, v in strat.paths.items()},
-           "exposed_slow_s": strat.exposed_s}
+           "exposed_slow_s": strat.exposed_s, "takes": tk.takes if tk else 0,
+           "take_cost_ratio": tk.cost_ratio(ddp, train, cfg["batch"], ctx_len) if tk else 1.0}
     if rank == 0:
         if cfg["eval_every"]:
             val_steps.append(steps)

@@ -23,6 +23,7 @@ class DPParams:
     """Everything a data-parallel variant may set (shared by ddp_train and duo)."""
 
     model: str = "small"                 # a size in components.models.gpt.SIZES
+    block: str = "pre_ln"                # a registered GPT block (pre_ln, parallel, fal, fal_plus)
     workers: int = 4                     # Ray Train workers (gloo ranks)
     worker_cpus: float = 0.5             # CPUs each worker reserves (fractional: 4 x 0.5 on 2 cores)
     batch: int = 16                      # sequences per worker per step
@@ -45,11 +46,20 @@ class DPParams:
     powersgd_start: int = 10
     timeout_s: int = 120                 # gloo collective timeout
     fail_at: list[int] | None = None     # [rank, step]: that worker exits there (failure tests)
+    takeover: dict | None = None         # MeCeFO neighbour takeover (components.training.ddp.takeover)
 
     def check(self):
         from components.models.gpt import SIZES
 
+        from components.models.gpt import GPTConfig
+        from components.training.ddp.takeover import TakeoverSpec
+        from components.training.mecefo.approx import BLOCKS
+
         require(self.model in SIZES, "model", self.model, "one of " + ", ".join(SIZES))
+        GPTConfig(vocab_size=2, block=self.block, **SIZES[self.model]).check()   # unknown block: one line
+        spec = TakeoverSpec.parse(self.takeover, self.workers, SIZES[self.model]["d_model"])
+        if spec.recovery == "mecefo":
+            require(self.block in BLOCKS, "block", self.block, "one of " + ", ".join(BLOCKS) + " under MeCeFO")
         require(self.workers >= 1, "workers", self.workers, "a positive number of workers")
         require(self.worker_cpus > 0, "worker_cpus", self.worker_cpus, "a positive number of CPUs")
         require(self.batch >= 1 and self.steps >= 1, "steps", self.steps, "positive steps and batch")
@@ -142,6 +152,8 @@ def summarize(p: DPParams, method: str, out: dict) -> Result:
     metrics = {
         "final_val_loss": r0["final_val_loss"],
         "bytes_fast_per_step": fast_b, "bytes_slow_per_step": slow_b, "bytes_per_step": fast_b + slow_b,
+        "allreduces_per_step": (fast["collectives"] + slow["collectives"]) / steps,   # collectives of both paths
+        "allreduce_bytes_per_step": fast_b + slow_b,
         "fwd_s": fwd, "bwd_s": bwd, "opt_s": opt, "sim_fast_s": t_fast, "sim_slow_s": t_slow,
         "sim_step_s": simtime.step_s(fwd, bwd, opt, t_fast, t_slow),
         "sim_step_s_serial": simtime.step_s(fwd, bwd, opt, t_fast, t_slow, serial=True),
@@ -155,6 +167,8 @@ def summarize(p: DPParams, method: str, out: dict) -> Result:
                              <= 1e-6 * max(1.0, abs(r0["param_checksum"]))),
         "n_params": r0["n_params"], "workers": world,
     }
+    metrics.update(takeover_metrics(p, ranks, world, steps, fwd + bwd, metrics["sim_step_s"]))
+    metrics["tokens_per_s_sim"] = world * p.batch * r0_context(p) / metrics["sim_step_s"]
     series = {}
     if r0.get("val_steps"):
         series["val_loss"] = (r0["val_steps"], r0["val_loss"])
@@ -164,8 +178,41 @@ def summarize(p: DPParams, method: str, out: dict) -> Result:
                             [float(np.mean(tl[i:i + k])) for i in range(0, len(tl) - k + 1, k)])
     codec = "fp32" if method == "fp32" else ("powersgd" if method == "powersgd" else repr(make_torch_codec(p.bits, p.bucket)))
     return Result(metrics=metrics, series=series,
-                  info={"method": method, "codec": codec, "link": p.link, "world": world,
+                  info={"method": method, "codec": codec, "link": p.link, "world": world, "block": p.block,
+                        "takeover": p.takeover,
                         "sim_rule": "max(T_fwd, T_slow) + max(T_bwd, T_fast) + T_opt; serial: T_bwd + T_fast"})
+
+
+def takeover_metrics(p: DPParams, ranks: list[dict], world: int, steps: int, t_exact: float, step_s: float) -> dict:
+    """The takeover on the virtual clock: at each step the most loaded live rank first computes the
+    micro-batches it took over (each at ``take_cost_ratio`` x the exact micro-batch), then the step as usual; the
+    fault-free step is the same without them. ``overloaded_step_ratio``: a rank's compute carrying one
+    extra micro-batch over its normal compute (the MeCeFO sheet's measure)."""
+    from components.training.ddp.takeover import TakeoverSpec
+    from components.training.mecefo.schedule import takeover
+
+    if p.takeover is None:
+        return {"down_frac": 0.0, "sim_step_s_fault_free": step_s, "throughput_loss": 0.0}
+    spec = TakeoverSpec.parse(p.takeover, world, _d_model(p))
+    seed = ranks[0]["seed"]
+    sets, events = spec.schedule(world, steps, seed)
+    # a taken micro-batch's CPU cost relative to an exact one (each rank's interleaved microbenchmark after
+    # training, median over ranks), applied to the measured exact micro-batch
+    rel = float(np.median([r["take_cost_ratio"] for r in ranks]))
+    t_take = rel * t_exact
+    extra = [max(len(ld) - 1 for ld in takeover(down, world).values()) * t_take for down in sets]
+    sim = step_s + float(np.mean(extra))
+    return {"down_frac": float(np.mean([len(d) for d in sets])) / world, "failures": float(len(events)),
+            "takeover_microbatches": float(sum(r["takes"] for r in ranks)), "take_s": t_take,
+            "take_cost_ratio": rel,
+            "overloaded_step_ratio": 1.0 + rel if spec.active else float("nan"),
+            "sim_step_s_fault_free": step_s, "sim_step_s": sim, "throughput_loss": 1.0 - step_s / sim}
+
+
+def _d_model(p: DPParams) -> int:
+    from components.models.gpt import SIZES
+
+    return SIZES[p.model]["d_model"]
 
 
 def r0_context(p: DPParams) -> int:

@@ -1,5 +1,5 @@
-"""The three MeCeFO approximations on the shared GPT's pre-LN block, each switchable, and the
-saved-activation accounting.
+"""The three MeCeFO approximations on the shared GPT's blocks (pre-LN, parallel, FAL, FAL+), each
+switchable, and the saved-activation accounting.
 
 For one micro-batch run in MeCeFO mode every block computes (spec sheet, per-layer rules):
 
@@ -20,7 +20,7 @@ backward (``torch.autograd.graph.saved_tensors_hooks``), parameters excluded, ea
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +28,8 @@ from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
 from components.core.errors import require
+
+BLOCKS = ("pre_ln", "parallel", "fal", "fal_plus")   # blocks of the shared GPT the rules apply to
 
 
 @dataclass(frozen=True)
@@ -93,21 +95,43 @@ def _ffn(blk, h: torch.Tensor, Ps) -> torch.Tensor:
 
 
 def block_forward(blk, x: torch.Tensor, a: Approx, Ps) -> torch.Tensor:
-    """One pre-LN block under MeCeFO rules ``a`` (``Ps``: the two FFN projections, or None)."""
-    if a.skip_attn:
-        with torch.no_grad():
-            att = blk.attn(blk.ln1(x), blk.layer, None)
-    else:
+    """One block under MeCeFO rules ``a`` (``Ps``: the two FFN projections, or None).
+
+    The rules are per sub-layer, so they carry over to every block of the shared GPT: pre-LN, the
+    GPT-J parallel block, FAL and FAL+. The attention (and, in FAL/FAL+, the first-attention signal a1
+    it writes in layer 0) runs outside autograd when skipped; the FFN is recomputed and sketched on
+    whatever input its block gives it (``x + a1`` in a later FAL block)."""
+    from components.models.gpt import FALBlock, FALPlusBlock, ParallelBlock
+
+    grad = torch.no_grad() if a.skip_attn else nullcontext()
+    with grad:
         att = blk.attn(blk.ln1(x), blk.layer, None)
-    h = x + att                        # the residual path keeps its gradient either way
-    if a.recompute_ffn and torch.is_grad_enabled() and h.requires_grad:
-        return h + checkpoint(_ffn, blk, h, Ps, use_reentrant=True)
-    return h + _ffn(blk, h, Ps)
+
+    def ffn(z):
+        if a.recompute_ffn and torch.is_grad_enabled() and z.requires_grad:
+            return checkpoint(_ffn, blk, z, Ps, use_reentrant=True)
+        return _ffn(blk, z, Ps)
+
+    if isinstance(blk, FALBlock):
+        if blk.layer == 0:
+            with grad:
+                blk.first.a1 = blk.first_signal(att)
+            h = x + att
+            return h + ffn(h)
+        if isinstance(blk, FALPlusBlock):
+            h = x + att
+            return h + ffn(h + blk.first.a1)
+        return x + att + ffn(x + blk.first.a1)
+    if isinstance(blk, ParallelBlock):
+        return x + att + ffn(x)
+    h = x + att                        # pre-LN; the residual path keeps its gradient either way
+    return h + ffn(h)
 
 
 def check_model(model) -> None:
-    """MeCeFO's rules are written for the pre-LN block (ln1, attn, ln2, 4x MLP)."""
-    require(model.cfg.block == "pre_ln", "block", model.cfg.block, "pre_ln (MeCeFO's per-layer rules are for it)")
+    """MeCeFO's per-layer rules need the pre-LN sub-layers (ln1, attn, ln2, 4x MLP) in every block."""
+    require(model.cfg.block in BLOCKS, "block", model.cfg.block,
+            "one of " + ", ".join(BLOCKS) + " (MeCeFO's per-layer rules are written for these)")
 
 
 @contextmanager

@@ -156,7 +156,8 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
          "saved_activation_ratio_timing": (tb_own + tb_take) / tb_exact if has_take else 1.0,
          "saved_bytes_exact": float(b_exact), "saved_bytes_taken": float(b_take),
          "down_frac": float(np.mean([len(d) for d in sets])) / n, "failures": float(failures),
-         "t_exact_s": t_exact, "t_take_s": t_take, "allreduce_s": ar, "n_params": float(out["n_params"])}
+         "t_exact_s": t_exact, "t_take_s": t_take, "allreduce_s": ar, "n_params": float(out["n_params"]),
+         "allreduces_per_step": 1.0, "allreduce_bytes_per_step": 4.0 * out["n_params"]}   # one fp32 ring all-reduce
     for k, mode in modes.items():     # every ablation's cost from the same microbenchmark
         m[f"time_ratio_{k.replace('+', '_')}"] = mode["s"] / t_exact
         m[f"saved_ratio_{k.replace('+', '_')}"] = mode["saved_bytes"] / tb_exact

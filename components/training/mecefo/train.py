@@ -74,8 +74,13 @@ def build(setup: TrainSetup, vocab: int, seed: int):
     return model, opt
 
 
+def draw(train, batch: int, context: int, seed: int, step: int, j: int):
+    """Micro-batch ``j`` of ``step``: drawn from (seed, step, j), so it is the same whoever computes it."""
+    return sample_batch(train, batch, context, np.random.default_rng([seed, step, j]))
+
+
 def microbatch(train, setup: TrainSetup, seed: int, step: int, j: int):
-    return sample_batch(train, setup.batch, setup.context, np.random.default_rng([seed, step, j]))
+    return draw(train, setup.batch, setup.context, seed, step, j)
 
 
 def projection_gen(seed: int, step: int, j: int) -> torch.Generator:
