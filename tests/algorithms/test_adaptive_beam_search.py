@@ -196,3 +196,26 @@ def test_sweep_and_faiss_search_the_graph_of_their_seed():
     assert runs[0][0].metrics["mean_degree"] != runs[1][0].metrics["mean_degree"]
     with pytest.raises(ConfigError, match="data"):
         run_abs_sweep(sweep, RunContext(seed=0))
+
+
+def test_visited_stamps_carry_across_calls_and_wrap():
+    import pickle
+
+    # Prepare: one graph, a batch of queries
+    x = clustered(600, 8, 5, 0.5, seed=6)
+    q = clustered(640, 8, 5, 0.5, seed=6)[600:]
+    g = build_graph(x, "vamana", R=8, L=16, seed=0)
+    batch = search(g, q, 10, "adaptive", 0.1)
+    # Execute: the same queries one call each (the service path), then across a forced int32 wrap, then
+    # on a pickled copy (its scratch stays behind)
+    one = [search(g, qi, 10, "adaptive", 0.1) for qi in q]
+    visited_before = g._visited
+    g._stamp = 2**31 - 5
+    wrapped = search(g, q, 10, "adaptive", 0.1)
+    copy = pickle.loads(pickle.dumps(g))
+    # Assert: identical answers and counts every time; one array reused, reset only on the wrap
+    for r in [wrapped, search(copy, q, 10, "adaptive", 0.1)]:
+        assert np.array_equal(r.ids, batch.ids) and np.array_equal(r.n_dist, batch.n_dist)
+    assert np.array_equal(np.concatenate([r.ids for r in one]), batch.ids)
+    assert np.array_equal(np.concatenate([r.n_dist for r in one]), batch.n_dist)
+    assert g._visited is not visited_before and g._stamp == len(q) and copy._stamp == len(q)

@@ -12,7 +12,7 @@ def _claims_computed(outcome):
 
 
 @pytest.mark.parametrize("name, variants", [
-    ("adaptive_beam_search", 10),
+    ("adaptive_beam_search", 14),
     ("hybrid_einsum", 3),
 ])
 def test_debug_flavour_end_to_end(run_experiment, mlflow_client, name, variants):

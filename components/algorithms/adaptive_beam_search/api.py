@@ -94,8 +94,10 @@ def search(graph: Graph, queries: np.ndarray, k: int = 10, rule: str = "adaptive
     ids = np.empty((len(q), k), np.int32)
     dist = np.empty((len(q), k), np.float32)
     nd = np.empty(len(q), np.int64)
+    visited, stamp0 = graph.visited_stamps(len(q))
     t0, c0 = time.perf_counter(), time.process_time()
-    search_batch_kernel(graph.vectors, graph.adj, graph.upper, graph.entry, q, k, code, width, gamma, ids, dist, nd)
+    search_batch_kernel(graph.vectors, graph.adj, graph.upper, graph.entry, q, k, code, width, gamma, ids, dist, nd,
+                        visited, stamp0)
     return SearchResult(ids, dist, nd, time.perf_counter() - t0, time.process_time() - c0)
 
 

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,10 +29,29 @@ class Graph:
     upper: np.ndarray                 # int32 (levels, n, M), -1 padded; shape (0, n, 1) if flat
     kind: str = "graph"
     info: dict = field(default_factory=dict)
+    _visited: np.ndarray | None = field(default=None, repr=False, compare=False)   # search's stamp array
+    _stamp: int = field(default=0, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def n(self) -> int:
         return self.adj.shape[0]
+
+    def __getstate__(self):          # picklable (Ray, caches): the scratch and its lock stay behind
+        return {k: v for k, v in self.__dict__.items() if k not in ("_visited", "_stamp", "_lock")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _visited=None, _stamp=0, _lock=threading.Lock())
+
+    def visited_stamps(self, n_queries: int) -> tuple[np.ndarray, int]:
+        """The search's visited array (allocated once per graph) and the first stamp of a batch of
+        ``n_queries``, reserved so that no query of another batch reuses it; wraps before int32 overflows."""
+        with self._lock:
+            if self._visited is None or self._visited.shape[0] != self.n or self._stamp + n_queries >= 2**31 - 2:
+                self._visited, self._stamp = np.zeros(self.n, np.int32), 0
+            s0 = self._stamp
+            self._stamp += n_queries
+            return self._visited, s0
 
     def degrees(self) -> np.ndarray:
         return (self.adj >= 0).sum(1)
@@ -286,6 +306,15 @@ def build_vamana(vectors: np.ndarray, R: int = 32, L: int = 64, alpha: float = 1
     require(R >= 2, "R", R, "an integer >= 2")
     require(L >= R, "L", L, f"an integer >= R={R}")
     require(alpha >= 1.0, "alpha", alpha, "a float >= 1")
+    init, order, medoid = vamana_start(x, R, seed)
+    adj = _vamana(x, R, L, float(alpha), order, init, min(R, n - 1), medoid)
+    return Graph(x, np.ascontiguousarray(adj), medoid, flat_upper(n), "vamana", {"R": R, "L": L, "alpha": alpha})
+
+
+def vamana_start(x: np.ndarray, R: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """Vamana's starting point from ``seed``: a random R-out-regular graph (no self loops, -1 padded
+    to width R), the insertion order and the medoid (the point closest to the mean)."""
+    n = len(x)
     rng = np.random.default_rng(seed)
     r0 = min(R, n - 1)
     init = np.full((n, R), -1, np.int32)
@@ -294,8 +323,30 @@ def build_vamana(vectors: np.ndarray, R: int = 32, L: int = 64, alpha: float = 1
         nb[nb >= i] += 1
         init[i, :r0] = nb
     medoid = int(np.argmin(((x - x.mean(0)) ** 2).sum(1)))
-    adj = _vamana(x, R, L, float(alpha), rng.permutation(n).astype(np.int64), init, r0, medoid)
-    return Graph(x, np.ascontiguousarray(adj), medoid, flat_upper(n), "vamana", {"R": R, "L": L, "alpha": alpha})
+    return init, rng.permutation(n).astype(np.int64), medoid
+
+
+def build_pruned(vectors: np.ndarray, alpha: float = 1.2, R: int | None = None, entry: int = 0) -> Graph:
+    """DiskANN's "slow preprocessing" graph: N(p) = RobustPrune(p, every other point, alpha, R) for each p,
+    no search involved (O(n^2 R d)); small sets only. With R = n - 1 (default) it is exactly navigable:
+    a pruned y has a kept neighbour z with d(z, y) <= d(p, y) / alpha. It pins RobustPrune down alone."""
+    x = _check_vectors(vectors)
+    n = len(x)
+    require(n <= 5000, "vectors.n", n, "at most 5000 points for the brute-force pruned graph")
+    require(alpha >= 1.0, "alpha", alpha, "a float >= 1")
+    R = n - 1 if R is None else int(R)
+    require(1 <= R <= n - 1, "R", R, f"an integer in [1, n-1={n - 1}]")
+    adj = np.full((n, R), -1, np.int32)
+    cand = np.arange(n, dtype=np.int32)
+    out = np.empty(R, np.int32)
+    xd = x.astype(np.float64)
+    for p in range(n):
+        cd = np.sqrt(((xd - xd[p]) ** 2).sum(1))
+        cnt = _robust_prune(x, p, cand, cd, n, float(alpha), R, out)
+        adj[p, :cnt] = out[:cnt]
+    width = max(int((adj >= 0).sum(1).max()), 1)
+    return Graph(x, np.ascontiguousarray(adj[:, :width]), int(entry), flat_upper(n), "pruned",
+                 {"alpha": alpha, "R": R})
 
 
 # ------------------------------------------------------------------------------------------ navigable

@@ -5,7 +5,9 @@ prepared input ``data`` (prepare step ``ann_vectors``; a variant binds it with `
   descent, or Vamana from its medoid) built from ``ctx.seed``, sweep fixed-width beam search over b
   and Adaptive Beam Search over gamma with the same search routine, and report distance
   computations at target recalls. Both stop rules are the measurement (two Pareto curves on the
-  very same graph object in one process), so the comparison within a seed is exact.
+  very same graph object in one process), so the comparison within a seed is exact. ``queries: ood``
+  searches a data set's out-of-distribution queries (``abs_passages``); ``greedy_recall`` (gamma 0 = b = k)
+  is the paper's premise, measured: below the target recall, a stop rule has something to save.
 - ``faiss_hnsw``: faiss's own HNSW search (efSearch sweep, 1 thread) for absolute queries/s, on the
   index built from the same seed (the same graph abs_sweep searches).
 - ``abs_navigable``: the guarantee check on an exactly navigable graph (gamma >= 2 exact; measured
@@ -37,19 +39,25 @@ def _tag(t: float) -> str:
 
 
 def _validate_data(p, exp: dict) -> None:
-    """k against every ann_vectors entry a variant may bind as ``data`` (before Ray starts)."""
-    defaults = VectorSetParams()
+    """k against every ann_vectors / abs_passages entry a variant may bind as ``data`` (before Ray starts)."""
+    from components.algorithms.adaptive_beam_search.passages import PassageParams
+
+    steps = {"ann_vectors": VectorSetParams(), "abs_passages": PassageParams()}
     for name, spec in (exp.get("prepare") or {}).items():
-        if not (isinstance(spec, dict) and spec.get("step") == "ann_vectors"):
+        if not (isinstance(spec, dict) and spec.get("step") in steps):
             continue
+        defaults = steps[spec["step"]]
         prm = spec.get("params") or {}
         n, k_gt = int(prm.get("n", defaults.n)), int(prm.get("k_gt", defaults.k_gt))
         require(p.k <= n, "k", p.k, f"at most the size n={n} of prepare entry {name}")
         require(p.k <= k_gt, "k", p.k, f"at most the ground-truth depth k_gt={k_gt} of prepare entry {name}")
 
 
-def _queries(d: dict, limit: int | None):
-    q, gi = d["queries"], d["gt_ids"]
+def _queries(d: dict, limit: int | None, which: str = "in"):
+    """The query set ``which`` ("in": held-out, "ood": out-of-distribution) and its ground truth."""
+    key = "queries" if which == "in" else "ood_queries"
+    require(key in d, "queries", which, "'in' (this data set has no out-of-distribution queries)")
+    q, gi = d[key], d["gt_ids" if which == "in" else "ood_gt_ids"]
     if limit is not None:
         q, gi = q[:limit], gi[:limit]
     return np.ascontiguousarray(q), gi
@@ -70,6 +78,7 @@ class SweepParams:
     gammas: list[float] = field(default_factory=lambda: [0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1,
                                                          0.12, 0.14, 0.17, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0])
     n_queries: int | None = None              # None: all prepared queries
+    queries: Literal["in", "ood"] = "in"      # held-out queries, or the out-of-distribution set (abs_passages)
     repeats: int = 1                          # timing repeats (best of) for queries/s
 
     def check(self):
@@ -132,7 +141,7 @@ def run_abs_sweep(p: SweepParams, ctx) -> Result:
     d = ctx.input("data")
     base = d["base"]
     require(p.k <= len(base), "k", p.k, f"at most the data set's size n={len(base)}")
-    q, gt = _queries(d, p.n_queries)
+    q, gt = _queries(d, p.n_queries, p.queries)
     t0 = time.perf_counter()
     g = make_graph(p, base, ctx.seed)
     build_s = time.perf_counter() - t0
@@ -146,10 +155,13 @@ def run_abs_sweep(p: SweepParams, ctx) -> Result:
     r0 = search(g, q, p.k, "adaptive", 0.0)
     rk = search(g, q, p.k, "beam", p.k)
     m["gamma0_equals_greedy"] = float(np.array_equal(r0.ids, rk.ids) and np.array_equal(r0.n_dist, rk.n_dist))
+    # the paper's premise: greedy search alone stays below the target recall (else no rule can save anything)
+    m["greedy_recall"] = float(recall_at_k(r0.ids, gt, p.k).mean())
+    m["greedy_dc"] = float(r0.n_dist.mean())
     m.update(build_s=build_s, n=float(len(base)), n_queries=float(len(q)), mean_degree=float(g.degrees().mean()))
     curves = {"beam search (b)": ([r["dist_comps"] for r in rows_b], [r["recall"] for r in rows_b]),
               "adaptive (gamma)": ([r["dist_comps"] for r in rows_a], [r["recall"] for r in rows_a])}
-    kind = d.get("info", {}).get("kind", "data")
+    kind = d.get("info", {}).get("kind", "data") + ("_ood" if p.queries == "ood" else "")
     title = f"{kind} / {p.graph}: recall@{p.k} vs distance computations ({len(q)} queries, seed {ctx.seed})"
     return Result(metrics=m,
                   series={"beam_recall_vs_dc": ([r["dist_comps"] for r in rows_b], [r["recall"] for r in rows_b], _DC),
@@ -168,6 +180,7 @@ class FaissParams:
     ef_search: list[int] = field(default_factory=lambda: [10, 12, 14, 16, 20, 25, 32, 40, 48, 64, 80, 96, 128, 160,
                                                           192, 256])
     n_queries: int | None = None
+    queries: Literal["in", "ood"] = "in"
     repeats: int = 1
 
     def check(self):
@@ -184,7 +197,7 @@ def run_faiss_hnsw(p: FaissParams, ctx) -> Result:
     import faiss
 
     d = ctx.input("data")
-    q, gt = _queries(d, p.n_queries)
+    q, gt = _queries(d, p.n_queries, p.queries)
     _, index = build_hnsw(d["base"], M=p.M, ef_construction=p.ef_construction, seed=ctx.seed)
     faiss.omp_set_num_threads(1)
     rows = []
