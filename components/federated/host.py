@@ -38,5 +38,9 @@ class ClientHost:
             uploads[cid] = (c.n_train, self.strategy.fit(c, payload, rnd))
         return {"acc": acc, "uploads": uploads}
 
+    def report(self) -> dict[int, dict[str, float]]:
+        """Every hosted client's strategy diagnostics (Strategy.client_report)."""
+        return {cid: self.strategy.client_report(c) for cid, c in self.clients.items()}
+
     def cids(self) -> list[int]:
         return list(self.clients)

@@ -13,7 +13,8 @@ architecture for all, the only thing shared) and an ensemble weight w_i = sigmoi
   s = |theta_G * grad L_i(theta_G)| of the received global G on one local batch; per tensor the
   top-q_t fraction takes the global value, the rest keeps the client's own G_i. q_t grows with
   training progress: q_t = q_min + (q_max - q_min) * min(1, t / T_warm). A first participation
-  copies G fully.
+  copies G fully. Its premise is logged at every re-participation (``client_report``): the
+  client's test accuracy with its stale G_i, with G in its place and after the merge.
 - Server: FedAvg of the uploaded G_i (weighted by sample count). F_i never leaves the client.
 
 Switches for ablations (configs, not copies): ``ispu`` (false: overwrite G_i with G),
@@ -21,18 +22,19 @@ Switches for ablations (configs, not copies): ``ispu`` (false: overwrite G_i wit
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from components.core.errors import require
 from components.core.registry import register
-from components.federated.client import Client, sgd_epochs
+from components.federated.client import Client, accuracy, sgd_epochs
 from components.federated.fml import SharedAuxStrategy, kl_to
 from components.federated.strategy import state_of
-from components.models.small_nets import make_aux
 
 
 @dataclass
@@ -99,17 +101,49 @@ class PHPFL(SharedAuxStrategy):
         client.state["ens_logit"] = torch.zeros((), requires_grad=True)   # w = sigmoid(0) = 0.5
 
     def receive(self, client: Client, payload: dict, rnd: int) -> None:
-        """Merge the global auxiliary model into the local one (ISPU, or a full copy)."""
+        """Merge the global auxiliary model into the local one (ISPU, or a full copy). At every
+        re-participation it also logs the client's test accuracy with its stale G_i, with G in
+        its place (what a full overwrite leaves) and after the merge: ISPU's premise, measured."""
         aux = client.models["aux"]
-        if not self.o.ispu or not client.state.get("joined"):
+        if not client.state.get("joined"):
             aux.load_state_dict(payload)
         else:
-            g = make_aux(self.fl.aux_hidden)
+            g = copy.deepcopy(aux)          # the global G in the client's own architecture
             g.load_state_dict(payload)
-            xb, yb = client.one_batch(self.fl.batch_size)
-            q = ispu_fraction(rnd, self.o, self.fl.rounds)
-            client.state["last_kept"] = ispu_merge(aux, payload, importance(g, xb, yb), q)
+            before, with_g = self.test_accs(client), self.test_accs(client, g)
+            if self.o.ispu:
+                xb, yb = client.one_batch(self.fl.batch_size)
+                q = ispu_fraction(rnd, self.o, self.fl.rounds)
+                client.state["last_kept"] = ispu_merge(aux, payload, importance(g, xb, yb), q)
+                after = self.test_accs(client)
+            else:
+                aux.load_state_dict(payload)
+                after = with_g
+            client.state.setdefault("merges", []).append((*before, *with_g, *after))
         client.state["joined"] = True
+
+    @torch.no_grad()
+    def test_accs(self, client: Client, aux: torch.nn.Module | None = None) -> tuple[float, float]:
+        """The client's test accuracy of (its auxiliary model alone, its prediction rule), with
+        ``aux`` standing in for its G_i when given."""
+        own = client.models["aux"]
+        client.models["aux"] = own if aux is None else aux
+        try:
+            return (accuracy(client.models["aux"](client.Xte), client.yte),
+                    accuracy(self.logits(client, client.Xte, None), client.yte))
+        finally:
+            client.models["aux"] = own
+
+    def client_report(self, client: Client) -> dict[str, float]:
+        """Means over the client's re-participations (NaN if it had none): ``overwrite_loss``
+        (prediction-rule accuracy lost had G overwritten G_i), ``overwrite_loss_aux`` (the same
+        for G_i alone) and ``merge_gain`` (accuracy after the actual merge minus after a full
+        overwrite: 0 without ISPU)."""
+        m = np.asarray(client.state.get("merges", []), dtype=float).reshape(-1, 6)
+        nan = float("nan")
+        mean = (lambda v: float(v.mean())) if len(m) else (lambda v: nan)
+        return {"merges": float(len(m)), "overwrite_loss": mean(m[:, 1] - m[:, 3]),
+                "overwrite_loss_aux": mean(m[:, 0] - m[:, 2]), "merge_gain": mean(m[:, 5] - m[:, 3])}
 
     def fit(self, client: Client, payload, rnd):
         self.receive(client, payload, rnd)

@@ -145,6 +145,14 @@ class HostPool:
             out.events, _ = self._recover(failed, rnd, set(), errors)
         return out
 
+    def report(self) -> dict[int, dict[str, float]]:
+        """Every client's strategy diagnostics; clients of a host that died now are left out."""
+        out: dict[int, dict[str, float]] = {}
+        for r, err in self._call_all("report", [()] * len(self.slots)):
+            if err is None:
+                out.update(r)
+        return out
+
     def close(self) -> None:
         if not self.remote:
             return

@@ -28,6 +28,7 @@ class History:
     events: list[dict] = field(default_factory=list)
     upload_floats: int = 0
     wall_s: float = 0.0
+    client_report: dict[int, dict[str, float]] = field(default_factory=dict)   # Strategy.client_report per client
 
     @property
     def rounds(self) -> int:
@@ -65,5 +66,6 @@ def run_federation(strategy: Strategy, pool: HostPool, probs: np.ndarray, rounds
     for cid, a in final.acc.items():
         acc[rounds, cid] = a
     hist.events += final.events
+    hist.client_report = pool.report()
     hist.wall_s = time.perf_counter() - t0
     return hist

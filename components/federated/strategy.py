@@ -63,6 +63,10 @@ class Strategy:
         """The client's prediction rule (``payload``: the server's current broadcast)."""
         raise NotImplementedError
 
+    def client_report(self, client: Client) -> dict[str, float]:
+        """Per-client diagnostics the strategy kept (read once, after the last round)."""
+        return {}
+
 
 def strategy_class(name: str, key: str = "strategy") -> type[Strategy]:
     """The registered strategy ``name``; ConfigError(key, name, the known names) if there is none."""

@@ -8,7 +8,9 @@ participation sequence, identical across strategies, so the DAG pairs methods se
 Metrics: mean_acc, acc_std (fairness: spread of client accuracies within the run), worst20_acc
 (mean of the worst 20% of clients), low_high_p_gap (mean accuracy of the lowest-p quartile minus
 the highest-p quartile); per-round curves, a per-client table and a plot of accuracy against
-participation probability.
+participation probability. ISPU's premise, per client: low_part_acc (lowest-p quartile's mean
+accuracy), low_part_rate and the strategy's own diagnostics over that quartile (PHP-FL:
+low_part_overwrite_loss, low_part_merge_gain).
 """
 from __future__ import annotations
 
@@ -88,16 +90,35 @@ class FederatedParams:
 
 
 # ---------------------------------------------------------------------------------- metrics
+def p_quartiles(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the lowest-p and the highest-p quarter of clients (at least one each)."""
+    q = max(1, len(probs) // 4)
+    order = np.argsort(probs, kind="stable")
+    return order[:q], order[-q:]
+
+
 def fairness_metrics(acc: np.ndarray, probs: np.ndarray) -> dict[str, float]:
-    """mean, spread, worst-20% mean and low-p minus high-p quartile gap of client accuracies."""
+    """mean, spread, worst-20% mean, the lowest-p and highest-p quartiles' mean accuracies
+    (low_part_acc, high_part_acc) and their gap."""
     ok = np.isfinite(acc)
     a, p = acc[ok], probs[ok]
-    n = len(a)
-    k20 = max(1, math.ceil(0.2 * n))
-    q = max(1, n // 4)
-    order = np.argsort(p, kind="stable")
+    k20 = max(1, math.ceil(0.2 * len(a)))
+    low, high = p_quartiles(p)
     return {"mean_acc": float(a.mean()), "acc_std": float(a.std()), "worst20_acc": float(np.sort(a)[:k20].mean()),
-            "low_high_p_gap": float(a[order[:q]].mean() - a[order[-q:]].mean())}
+            "low_high_p_gap": float(a[low].mean() - a[high].mean()),
+            "low_part_acc": float(a[low].mean()), "high_part_acc": float(a[high].mean())}
+
+
+def low_part_metrics(hist: History, rounds: int) -> dict[str, float]:
+    """The lowest-p quartile's participation rate and the mean of each strategy diagnostic
+    (Strategy.client_report) over its clients: ``low_part_<name>`` (NaN where none has a value)."""
+    low, _ = p_quartiles(hist.probs)
+    out = {"low_part_rate": float(hist.participations[low].mean() / rounds)}
+    names = sorted({k for r in hist.client_report.values() for k in r})
+    for k in names:
+        v = np.array([hist.client_report.get(int(c), {}).get(k, np.nan) for c in low], dtype=float)
+        out[f"low_part_{k}"] = float(np.nanmean(v)) if np.isfinite(v).any() else float("nan")
+    return out
 
 
 def split_clients(X, y, p: FederatedParams, seed: int) -> list[ClientSpec]:
@@ -174,12 +195,13 @@ def _run_federated(p: FederatedParams, ctx) -> Result:
                    participation_rate=float(hist.participations.sum() / (p.rounds * p.n_clients)),
                    upload_floats_per_round=hist.upload_floats / p.rounds, rounds_per_s=p.rounds / max(hist.wall_s, 1e-9),
                    wall_s_technique=wall)
+    metrics.update(low_part_metrics(hist, p.rounds))
     curve = np.array([[fairness_metrics(row, hist.probs)[k] if np.isfinite(row).any() else np.nan
                        for k in ("mean_acc", "acc_std", "worst20_acc")] for row in hist.acc])
     rows = [{"client": s.cid, "arch": s.arch, "p": round(float(hist.probs[s.cid]), 4),
              "sampled": int(hist.sampled[s.cid]), "participations": int(hist.participations[s.cid]),
              "n_train": len(s.ytr), "n_test": len(s.yte), "classes": int(len(np.unique(s.ytr))),
-             "acc": float(final[s.cid])} for s in specs]
+             "acc": float(final[s.cid]), **hist.client_report.get(s.cid, {})} for s in specs]
     xs, ys = _acc_vs_p(rows)
     # per-round curves get their own names: MLflow keeps one history per key, and the final
     # metrics (mean of the last eval_window evaluations) must not be overwritten by a curve
