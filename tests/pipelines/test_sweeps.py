@@ -80,6 +80,8 @@ def test_sweep_run_links_trials_and_logs_best(sweep):
     assert {t.info.status for t in trials} == {"FINISHED", "FAILED"}
 
 
+@pytest.mark.slow   # ~21 s; resuming an interrupted study is also checked, after a real signal, by
+                    # tests/reliability/test_interrupts.py (kept trials, re-queued params, n_trials in total)
 def test_interrupted_sweep_resumes(sweep):
     runs, _ = sweep
     r = dtlab(runs, "-m", "experiment=platform_probe", "hparams_search=platform_probe_optuna", "debug=true",

@@ -61,8 +61,11 @@ def test_generated_bad_inputs_are_rejected_cleanly(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "runs" / "mlflow.db").exists()  # the pass never touches the tracking store
 
 
+# the two slowest (~14 s each: a late multirun job, a runs_dir under /proc) run in `make bench`; the generated
+# test above rejects the same inputs in process
 SUBPROCESS_SAMPLE = ["option.only_empty", "option.mr_double_comma", "option.sw_n_jobs0", "option.sw_objective_syntax",
-                     "option.mr_bad_late_job", "yaml.tab_indent", "option.runs_dir_proc"]
+                     pytest.param("option.mr_bad_late_job", marks=pytest.mark.slow), "yaml.tab_indent",
+                     pytest.param("option.runs_dir_proc", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("label", SUBPROCESS_SAMPLE)
