@@ -120,3 +120,15 @@ def ratio_to(base: dict):
         return r.get(key, nan) / den if den else nan
 
     return ratio
+
+
+def skip_full_main(full, *rest) -> None:
+    """A benchmark's entry point: ``full()`` (the full experiment) unless ``--skip-full``, then each of ``rest``."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-full", action="store_true", help="skip the full experiment (only the micro-benchmarks)")
+    if not ap.parse_args().skip_full:
+        full()
+    for fn in rest:
+        fn()

@@ -8,7 +8,6 @@ Run: .venv/bin/python benchmarks/bench_foresight.py [--skip-full]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, run_isolated  # noqa: E402
+from benchmarks._util import claims_table, headline, run_isolated, skip_full_main  # noqa: E402
 
 COLS = ("skip_fraction", "psnr_db", "ssim", "class_acc", "speedup_wall", "sample_ms")
 
@@ -68,12 +67,7 @@ def sampler_speed() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--skip-full", action="store_true")
-    a = ap.parse_args()
-    if not a.skip_full:
-        full_experiment()
-    sampler_speed()
+    skip_full_main(full_experiment, sampler_speed)
 
 
 if __name__ == "__main__":

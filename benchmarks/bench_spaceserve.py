@@ -7,7 +7,6 @@ Run: .venv/bin/python benchmarks/bench_spaceserve.py [--skip-full]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ import tracemalloc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, run_isolated  # noqa: E402
+from benchmarks._util import claims_table, headline, run_isolated, skip_full_main  # noqa: E402
 
 COLS = ("mean_tpot_s", "p99_tpot_s", "mean_ttft_s", "encoder_completion_s", "enc_sm_share")
 RATES = (1, 2, 5, 10, 15, 20)
@@ -68,12 +67,7 @@ def simulator_speed() -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--skip-full", action="store_true")
-    a = ap.parse_args()
-    if not a.skip_full:
-        full_experiment()
-    simulator_speed()
+    skip_full_main(full_experiment, simulator_speed)
 
 
 if __name__ == "__main__":
