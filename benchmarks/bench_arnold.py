@@ -10,7 +10,8 @@ import numpy as np
 
 from components.core.netsim import Link
 from components.simulation import engine
-from components.simulation.arnold.cluster import fragment
+from components.simulation.arnold.cluster import fragment, fragment_jobs
+from components.simulation.arnold.contention import SharedNet, background_flows, link_flow_counts
 from components.simulation.arnold.costmodel import StepCost, iteration_time
 from components.simulation.arnold.mip import place_mip
 from components.simulation.arnold.placement import Instance, place_bestfit_dp, place_tiles
@@ -76,6 +77,16 @@ def main() -> None:
     print(f"{'iteration-time simulations, best-fit (baseline)':<44} {1 / dt_bf:>10.1f} {1.0:>18.2f} {'':>9}")
     print(f"{'simulated messages per s (ring step + PP)':<44} {(1200 + 1050) / dt_it * 1:>10.0f} {'':>18} {'':>9}")
     print(f"nodes simulated: {topo.n}")
+
+    print("\nShared cluster (background DP/PP traffic at duty 0.4, fair share per uplink) vs dedicated uplinks, same placement")
+    owner = fragment_jobs(topo.n, 0.3, np.random.default_rng(1), 8, 256)
+    (bsrc, bdst), dt_bg, _ = timed(lambda: background_flows(owner), repeat=20)
+    n_bg = link_flow_counts(topo, bsrc, bdst)
+    _, dt_sh, peak = timed(lambda: iteration_time(node_of, cost, SharedNet(topo, 0.4 * n_bg)), repeat=20)
+    print(f"{'what':<44} {'per s':>10} {'ratio vs dedicated':>18} {'peak MiB':>9}")
+    print(f"{'background flows built (per cluster)':<44} {1 / dt_bg:>10.1f} {'':>18} {'':>9}")
+    print(f"{'iteration-time simulations, shared, tiles':<44} {1 / dt_sh:>10.1f} {dt_it / dt_sh:>18.2f} {peak:>9.1f}")
+    print(f"background flows: {bsrc.size}")
 
 
 if __name__ == "__main__":

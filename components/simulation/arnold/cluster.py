@@ -11,18 +11,25 @@ def fragment(n_nodes: int, busy: float, rng: np.random.Generator, job_min: int =
     from a random start (wrapping), the way a packing scheduler fills a cluster over time; the
     last job is cut to hit the exact busy count, so free capacity is known from the config alone.
     """
-    free = np.ones(n_nodes, dtype=bool)
+    return fragment_jobs(n_nodes, busy, rng, job_min, job_max) < 0
+
+
+def fragment_jobs(n_nodes: int, busy: float, rng: np.random.Generator, job_min: int = 8, job_max: int = 256) -> np.ndarray:
+    """The background job of every node (-1 = free), drawn exactly as :func:`fragment` draws its mask
+    (same random numbers, same nodes), so ``fragment_jobs(...) < 0 == fragment(...)``."""
+    owner = np.full(n_nodes, -1, dtype=np.int64)
     target = int(round(busy * n_nodes))
-    used = 0
+    used, job = 0, 0
     while used < target:
         size = int(round(np.exp(rng.uniform(np.log(job_min), np.log(job_max)))))
         size = min(size, target - used)
         start = int(rng.integers(n_nodes))
         order = np.roll(np.arange(n_nodes), -start)
-        take = order[free[order]][:size]
-        free[take] = False
+        take = order[owner[order] < 0][:size]
+        owner[take] = job
         used += take.size
-    return free
+        job += 1
+    return owner
 
 
 def free_per_unit(topo, free: np.ndarray, level: int) -> np.ndarray:
