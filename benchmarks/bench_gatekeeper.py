@@ -17,26 +17,33 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from benchmarks._util import PeakMemory, claims_table, headline, run_isolated  # noqa: E402
 
-COLS = ("small_acc", "s_d", "s_d_se", "s_o", "auroc", "joint_acc_r20", "deferral_r20", "cost_rel_r20")
+COLS = ("small_acc", "s_d", "s_d_se", "s_o", "auroc", "ece", "overconf", "joint_acc_r20", "deferral_r20", "cost_rel_r20")
+
+
+def baseline_of(name: str) -> str:
+    """The sub-study's baseline (as the experiment's report.baseline): digits or LM, today's or *_overconf."""
+    base = "lm_ce_continued" if name.startswith("lm_") else "ce_continued"
+    return base + "_overconf" if name.endswith("_overconf") else base
 
 
 def full_experiment() -> None:
     out, peak, wall = run_isolated("gatekeeper")
     headline("gatekeeper", out, peak, wall)
-    print("| variant | role | " + " | ".join(COLS) + " | s_d / ce_continued | wall_s |")
+    print("| variant | role | " + " | ".join(COLS) + " | s_d / its baseline | wall_s |")
     print("|" + "---|" * (len(COLS) + 4))
-    ce = out.variants["ce_continued"].result.metrics["s_d"]
     for name, o in out.variants.items():
         m = o.result.metrics if o.result else {}
-        if "s_d" not in m:
+        b = out.variants.get(baseline_of(name))
+        if "s_d" not in m or b is None or b.result is None:
             continue
         print(f"| {name} | {o.role} | " + " | ".join(f"{m.get(c, float('nan')):.3f}" for c in COLS)
-              + f" | {m['s_d'] / ce:.3f} | {o.wall_s:.1f} |")
-    sw = out.variants["alpha_sweep"].result.metrics if out.variants["alpha_sweep"].result else {}
-    if sw:
-        print("\n| alpha | s_d | s_d_se | small_acc |\n|---|---|---|---|")
-        for a in (10, 30, 50, 70, 90):
-            print(f"| 0.{a // 10} | {sw[f's_d_a{a}']:.3f} | {sw[f's_d_a{a}_se']:.3f} | {sw[f'small_acc_a{a}']:.3f} |")
+              + f" | {m['s_d'] / b.result.metrics['s_d']:.3f} | {o.wall_s:.1f} |")
+    for sweep in ("alpha_sweep", "alpha_sweep_overconf"):
+        sw = out.variants[sweep].result.metrics if sweep in out.variants and out.variants[sweep].result else {}
+        if sw:
+            print(f"\n{sweep}\n| alpha | s_d | s_d_se | small_acc |\n|---|---|---|---|")
+            for a in (10, 30, 50, 70, 90):
+                print(f"| 0.{a // 10} | {sw[f's_d_a{a}']:.3f} | {sw[f's_d_a{a}_se']:.3f} | {sw[f'small_acc_a{a}']:.3f} |")
     sv = out.variants["served"].result.metrics if out.variants["served"].result else {}
     if sv:
         print(f"\nserved (in-experiment): agreement {sv['agreement']:.3f}, deferral {sv['served_deferral']:.3f}, "

@@ -93,6 +93,31 @@ def test_deferral_curves_and_scores():
     assert math.isnan(M.deferral_performance(M.deferral_curves(oracle, both, both)))
 
 
+def test_calibration_metrics_by_hand():
+    # correct items g = 0.95, 0.65, 0.62; wrong items g = 0.90, 0.25
+    conf = np.array([0.95, 0.90, 0.65, 0.62, 0.25])
+    ok = np.array([True, False, True, True, False])
+    # 15 bins of width 1/15: 0.95 -> bin 14, 0.90 -> 13, 0.65 and 0.62 -> 9, 0.25 -> 3
+    # ECE = (|1 - .95| + |0 - .9| + 2 |1 - .635| + |0 - .25|) / 5 = (.05 + .9 + .73 + .25) / 5 = 0.386
+    assert M.ece(conf, ok) == pytest.approx(0.386, abs=1e-12)
+    # 5 bins of width 0.2: {.95, .90} -> bin 4 (acc .5, conf .925), {.65, .62} -> 3, .25 -> 1
+    # ECE = (2 * .425 + 2 * .365 + .25) / 5 = 0.366
+    assert M.ece(conf, ok, bins=5) == pytest.approx(0.366, abs=1e-12)
+    # mean g - accuracy = 3.37 / 5 - 3 / 5 = 0.074 (over-confident)
+    assert M.overconfidence(conf, ok) == pytest.approx(0.074, abs=1e-12)
+    # AUROC: 4 of the 6 (correct, wrong) pairs ranked right (.95 > .9, .25; .65 > .25; .62 > .25)
+    assert M.auroc(conf, ok) == pytest.approx(4 / 6)
+    # g == 1 falls in the top bin; a calibrated confidence has ECE 0, an under-confident one a negative gap
+    assert M.ece(np.array([1.0, 1.0]), np.array([True, True])) == 0.0
+    assert M.overconfidence(np.full(4, 0.5), np.array([True, True, True, False])) == pytest.approx(-0.25)
+    rep = M.evaluate_cascade(conf, conf, ok, np.ones(5, bool))
+    m = rep.metrics(1.0, 10.0)
+    assert m["ece"] == pytest.approx(0.386) and m["overconf"] == pytest.approx(0.074) and m["auroc"] == pytest.approx(4 / 6)
+    # ECE and the gap measure ``calib_test`` when g is not a probability (e.g. negative entropy)
+    other = M.evaluate_cascade(-conf, -conf, ok, np.ones(5, bool), calib_test=conf)
+    assert other.ece == pytest.approx(0.386) and other.auroc == pytest.approx(0.0 + 2 / 6)
+
+
 def test_threshold_from_validation_hits_target_ratio():
     conf = np.linspace(0, 1, 1000)
     for r in (0.1, 0.2, 0.3):
@@ -141,6 +166,22 @@ def test_arms_share_one_schedule(tiny_prep):
     assert -1 <= sw.metrics["spearman_s_d"] <= 1 and "plots/alpha_tradeoff.png" in sw.files
 
 
+def test_fresh_noise_stage2_is_deterministic_and_shared(tiny_prep):
+    from components.serving.gatekeeper.cascade import Stage2, evaluate_arm
+
+    fixed, _, _ = evaluate_arm(tiny_prep, "ce_continued", Stage2(epochs=2))
+    fresh, _, _ = evaluate_arm(tiny_prep, "ce_continued", Stage2(epochs=2, fresh_noise=True))
+    again, _, _ = evaluate_arm(tiny_prep, "ce_continued", Stage2(epochs=2, fresh_noise=True))
+    keys = ("s_d", "auroc", "ece", "overconf", "small_acc", "joint_acc_r20")
+    assert [fresh[k] for k in keys] == [again[k] for k in keys]    # one seed's arm stays deterministic
+    assert fresh["small_acc"] != fixed["small_acc"] or fresh["s_d"] != fixed["s_d"]
+    for k in ("ece", "overconf", "auroc"):
+        assert math.isfinite(fresh[k]) and 0 <= fresh["ece"] <= 1, k
+    untuned, _, _ = evaluate_arm(tiny_prep, "untuned", Stage2(epochs=2, fresh_noise=True))
+    plain = evaluate_arm(tiny_prep, "untuned", Stage2(epochs=2))[0]
+    assert [untuned[k] for k in keys] == [plain[k] for k in keys]          # no stage 2: nothing to redraw
+
+
 def test_bad_params_are_config_errors():
     from components.serving.gatekeeper.prepare import DigitsCascadeParams
     from components.serving.gatekeeper.technique import GatekeeperParams, SweepParams
@@ -181,7 +222,9 @@ def test_lm_cascade_arms_run_on_tiny_models():
     assert np.all(out["conf_min"] <= out["conf_mean"]) and np.all(out["n_gen"] >= 1)
     res = run_gatekeeper_lm(LMCascadeParams(method="gatekeeper", steps=2, batch=4, n_val=10, n_test=10),
                             RunContext(seed=0, inputs={"lms": lms}))
-    assert {"small_acc", "large_acc", "s_d", "joint_acc_r20", "cost_rel_r20"} <= set(res.metrics)
+    assert {"small_acc", "large_acc", "s_d", "joint_acc_r20", "cost_rel_r20", "ece", "overconf", "auroc",
+            "token_acc", "token_ece", "token_overconf"} <= set(res.metrics)
+    assert 0 <= res.metrics["token_acc"] <= 1 and 0 <= res.metrics["token_ece"] <= 1
     assert res.metrics["cost_rel_r20"] > res.metrics["deferral_r20"] > 0     # small always runs, large on deferrals
 
 
@@ -193,3 +236,5 @@ def test_experiment_validates_and_lm_form_mix_must_match_prepare():
         dag.validate(config.compose(["experiment=gatekeeper", "experiment.common.gatekeeper_lm.style_b=0.5"]))
     with pytest.raises(ConfigError, match="alpha"):
         dag.validate(config.compose(["experiment=gatekeeper", "experiment.common.gatekeeper.alpha=1.5"]))
+    with pytest.raises(ConfigError, match="lms_entry|experiment.prepare.nowhere"):
+        dag.validate(config.compose(["experiment=gatekeeper", "++experiment.variants.lm_gatekeeper.params.lms_entry=nowhere"]))

@@ -1,7 +1,8 @@
 """Gatekeeper (arXiv 2502.19335): confidence tuning of the small model in a deferral cascade.
 
 - :mod:`.loss`       the Gatekeeper loss: alpha * CE on correct + (1 - alpha) * KL(p || U) on incorrect, both / N
-- :mod:`.metrics`    deferral curves (real, random, ideal), s_d, s_o, AUROC, joint accuracy at r, cost
+- :mod:`.metrics`    deferral curves (real, random, ideal), s_d, s_o, AUROC, joint accuracy at r, cost,
+                     calibration (ECE, mean confidence - accuracy: the paper's over-confidence premise)
 - :mod:`.digits`     corrupted load_digits, the small MLP and the large CNN, training, temperature scaling
 - :mod:`.prepare`    prepare step ``gatekeeper_digits`` (seeded: split, stage-1 small model, large model)
 - :mod:`.cascade`    one arm (untuned / ce_continued / temperature / gatekeeper) on one seed and its scoring

@@ -30,6 +30,10 @@ class Stage2:
     batch: int = 64
     confidence: str = "max_prob"          # max_prob | neg_entropy
     ratios: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3])
+    fresh_noise: bool = False             # stage 2 on a fresh corruption of the clean training images every
+                                          # epoch (the same draws for every arm), not on the fixed corrupted
+                                          # split stage 1 saw: a stage-1 model that fits its training set makes
+                                          # no mistakes there for Gatekeeper's L_incorr to act on
 
     def check(self):
         require(self.epochs >= 1, "epochs", self.epochs, "a positive number of stage-2 epochs")
@@ -53,8 +57,12 @@ def run_arm(prep: dict, method: str, s2: Stage2, alpha: float = 0.5
     model = small_model(prep)
     sp = prep["split"]
     if method != "untuned":
-        D.train(model, sp.x_train, sp.y_train, s2.epochs, s2.lr, s2.batch, seed=1000 + prep["seed"],
-                loss="gatekeeper" if method == "gatekeeper" else "ce", alpha=alpha)
+        x, augment = sp.x_train, None
+        if s2.fresh_noise:
+            occ, sigma = prep["params"]["occlusion"], prep["params"]["noise_sigma"]
+            x, augment = sp.x_train_clean, (lambda xc, rng: D.corrupt(xc, rng, occ, sigma))
+        D.train(model, x, sp.y_train, s2.epochs, s2.lr, s2.batch, seed=1000 + prep["seed"],
+                loss="gatekeeper" if method == "gatekeeper" else "ce", alpha=alpha, augment=augment)
     lv, lt = D.logits_of(model, sp.x_val), D.logits_of(model, sp.x_test)
     t = D.fit_temperature(lv, sp.y_val) if method == "temperature" else 1.0
     return model, t, D.softmax(lv, t), D.softmax(lt, t)
@@ -67,9 +75,10 @@ def score(prep: dict, probs_val: np.ndarray, probs_test: np.ndarray, s2: Stage2,
     if split == "val":
         conf = D.confidence(probs_val, s2.confidence)
         return evaluate_cascade(conf, conf, probs_val.argmax(1) == sp.y_val, prep["large_val_pred"] == sp.y_val,
-                                tuple(s2.ratios))
+                                tuple(s2.ratios), calib_test=probs_val.max(1))
     return evaluate_cascade(D.confidence(probs_val, s2.confidence), D.confidence(probs_test, s2.confidence),
-                            probs_test.argmax(1) == sp.y_test, prep["large_test_pred"] == sp.y_test, tuple(s2.ratios))
+                            probs_test.argmax(1) == sp.y_test, prep["large_test_pred"] == sp.y_test, tuple(s2.ratios),
+                            calib_test=probs_test.max(1))
 
 
 def model_costs(prep: dict) -> dict[str, TokenCost]:

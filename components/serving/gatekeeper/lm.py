@@ -25,7 +25,7 @@ from components.core.result import Result
 from components.data import reasoning as R
 from components.serving.cost import Usage
 from components.serving.gatekeeper.loss import gatekeeper_loss
-from components.serving.gatekeeper.metrics import evaluate_cascade
+from components.serving.gatekeeper.metrics import ece, evaluate_cascade, overconfidence
 from components.serving.gatekeeper.technique import curve_result
 from components.serving.lms import lm_costs, lms_params, load_lm
 
@@ -110,6 +110,33 @@ def greedy_answers(model, problems: list, chunk: int = 256) -> dict[str, np.ndar
             "n_gen": np.array(ngen), "n_prompt": np.array(nprompt)}
 
 
+@torch.no_grad()
+def token_calibration(model, problems: list, style_b: float = 0.0, flip: float = 0.0, seed: int = 0,
+                      chunk: int = 256) -> dict[str, float]:
+    """Per-token calibration of ``model`` on the reference solutions of ``problems`` (teacher forced,
+    solution tokens only): token accuracy (argmax == target, Gatekeeper's per-token "correct"),
+    ECE and mean max-probability minus accuracy of the token max-probabilities."""
+    rng = np.random.default_rng(seed)
+    conf, ok = [], []
+    for s in range(0, len(problems), chunk):
+        texts = [(p.text + "".join(R.solution(p, R.sample_forms(rng, len(p.ops), style_b, flip))), len(p.text))
+                 for p in problems[s:s + chunk]]
+        T = max(len(t) for t, _ in texts)
+        x = np.full((len(texts), T), R.PAD_ID, dtype=np.int64)
+        mask = np.zeros((len(texts), T - 1), dtype=bool)
+        for i, (t, start) in enumerate(texts):
+            x[i, :len(t)] = R.encode(t)
+            mask[i, start - 1:len(t) - 1] = True
+        xt = torch.from_numpy(x)
+        p = torch.softmax(model(xt[:, :-1]).float(), -1)
+        c, pred = p.max(-1)
+        m = torch.from_numpy(mask)
+        conf.append(c[m].numpy())
+        ok.append((pred == xt[:, 1:])[m].numpy())
+    conf, ok = np.concatenate(conf), np.concatenate(ok)
+    return {"token_acc": float(ok.mean()), "token_ece": ece(conf, ok), "token_overconf": overconfidence(conf, ok)}
+
+
 @dataclass
 class LMCascadeParams:
     method: str = "gatekeeper"          # untuned | ce_continued | gatekeeper
@@ -123,6 +150,7 @@ class LMCascadeParams:
     style_b: float = 0.5                # surface-form mix of the stage-2 chains: must equal the prepare
     flip: float = 0.2                   # step's small_style_b / small_flip (checked), i.e. S's training mix
     ratios: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3])
+    lms_entry: str = "lms"              # the prepare entry bound to input ``lms`` (validated against it)
 
     def check(self):
         require(self.method in ("untuned", "ce_continued", "gatekeeper"), "method", self.method,
@@ -136,10 +164,10 @@ class LMCascadeParams:
 
 
 def _needs_lms(p: LMCascadeParams, exp: dict) -> None:
-    lp = lms_params(exp)
+    lp = lms_params(exp, p.lms_entry)
     for mine, theirs in (("style_b", "small_style_b"), ("flip", "small_flip")):
         require(getattr(p, mine) == getattr(lp, theirs), mine, getattr(p, mine),
-                f"{getattr(lp, theirs)} (the small model's training mix: prepare reasoning_lms {theirs})")
+                f"{getattr(lp, theirs)} (the small model's training mix: prepare {p.lms_entry} {theirs})")
     require(p.n_val + p.n_test <= lp.n_heldout, "n_test", p.n_val + p.n_test,
             f"n_val + n_test <= the prepare step's n_heldout={lp.n_heldout} (never-trained problems)")
 
@@ -174,6 +202,7 @@ def run_gatekeeper_lm(p: LMCascadeParams, ctx) -> Result:
     for k in [k for k in m if k.startswith("cost_")]:
         m[k.replace("cost_", "cost_rel_")] = m[k] / c_large
     m["small_tokens_per_problem"] = float(st["n_gen"].mean())
+    m.update(token_calibration(small, test, p.style_b, p.flip))
     ctx.progress(2, 2, s_d=m["s_d"])
     return curve_result(m, rep, {"method": p.method, "alpha": p.alpha, "seq_conf": p.seq_conf,
                                  "small_stats": lms["small"]["stats"].get("heldout_accuracy"),

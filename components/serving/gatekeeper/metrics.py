@@ -15,6 +15,9 @@ whether the large model is correct:
 - joint accuracy at a target deferral ratio r: tau is the r-quantile of g on VALIDATION data, then
   test items with g < tau are deferred; the realised test deferral ratio is reported beside it.
 - cost per item = c_S + r c_L (the small model always runs, the large one on deferrals).
+- calibration of the small model's confidence g (Gatekeeper's premise: an over-confident small
+  model): ECE = sum over equal-width bins of g on [0, 1] of (n_b / n) |acc_b - mean g_b| (Guo et al.
+  2017, 15 bins, the top bin closed); over-confidence gap = mean g - accuracy (> 0: over-confident).
 """
 from dataclasses import dataclass
 
@@ -71,6 +74,25 @@ def auroc(conf: np.ndarray, small_ok: np.ndarray) -> float:
     return float((ranks[small_ok].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
+def ece(conf: np.ndarray, small_ok: np.ndarray, bins: int = 15) -> float:
+    """Expected calibration error of g against correctness: equal-width bins on [0, 1] (an item
+    with g == 1 falls in the top bin), sum_b (n_b / n) |acc_b - conf_b|."""
+    conf, small_ok = np.asarray(conf, float), np.asarray(small_ok, float)
+    if len(conf) == 0:
+        return float("nan")
+    idx = np.clip((np.clip(conf, 0.0, 1.0) * bins).astype(int), 0, bins - 1)
+    total = 0.0
+    for b in np.unique(idx):
+        sel = idx == b
+        total += sel.sum() * abs(small_ok[sel].mean() - conf[sel].mean())
+    return float(total / len(conf))
+
+
+def overconfidence(conf: np.ndarray, small_ok: np.ndarray) -> float:
+    """Mean confidence minus accuracy (> 0: over-confident on average)."""
+    return float(np.mean(np.asarray(conf, float)) - np.mean(np.asarray(small_ok, float)))
+
+
 def threshold_for_ratio(conf_val: np.ndarray, r: float) -> float:
     """tau such that a fraction r of the validation items has g < tau."""
     if r <= 0:
@@ -91,13 +113,15 @@ class CascadeReport:
     s_d: float
     s_o: float
     auroc: float
+    ece: float                          # calibration of g on the test items (see :func:`ece`)
+    overconf: float                     # mean g - small accuracy on the test items
     joint_acc: dict[float, float]       # target r -> test joint accuracy (tau from validation)
     deferral: dict[float, float]        # target r -> realised test deferral ratio
     curves: dict[str, np.ndarray]
 
     def metrics(self, cost_small: float, cost_large: float) -> dict[str, float]:
         out = {"small_acc": self.small_acc, "large_acc": self.large_acc, "s_d": self.s_d, "s_o": self.s_o,
-               "auroc": self.auroc}
+               "auroc": self.auroc, "ece": self.ece, "overconf": self.overconf}
         for r, acc in self.joint_acc.items():
             tag = f"r{int(round(100 * r)):02d}"
             out[f"joint_acc_{tag}"] = acc
@@ -107,8 +131,11 @@ class CascadeReport:
 
 
 def evaluate_cascade(conf_val: np.ndarray, conf_test: np.ndarray, small_ok: np.ndarray, large_ok: np.ndarray,
-                     ratios: tuple[float, ...] = (0.1, 0.2, 0.3)) -> CascadeReport:
+                     ratios: tuple[float, ...] = (0.1, 0.2, 0.3), calib_test: np.ndarray | None = None) -> CascadeReport:
+    """``calib_test``: the probability whose calibration ECE and the gap measure (default ``conf_test``;
+    pass the max-probability when g is another score, e.g. negative entropy)."""
     small_ok, large_ok = np.asarray(small_ok, bool), np.asarray(large_ok, bool)
+    calib = conf_test if calib_test is None else calib_test
     curves = deferral_curves(conf_test, small_ok, large_ok)
     joint, realised = {}, {}
     for r in ratios:
@@ -116,4 +143,5 @@ def evaluate_cascade(conf_val: np.ndarray, conf_test: np.ndarray, small_ok: np.n
         joint[r] = float(np.where(defer, large_ok, small_ok).mean())
         realised[r] = float(defer.mean())
     return CascadeReport(float(small_ok.mean()), float(large_ok.mean()), deferral_performance(curves),
-                         overlap(conf_test, small_ok), auroc(conf_test, small_ok), joint, realised, curves)
+                         overlap(conf_test, small_ok), auroc(conf_test, small_ok), ece(calib, small_ok),
+                         overconfidence(calib, small_ok), joint, realised, curves)
