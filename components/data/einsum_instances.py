@@ -209,7 +209,24 @@ def lattice(L: int, bond: int, seed: int) -> Instance:
 
 # ------------------------------------------------------------------------------------------ suites
 def suite(scale: str = "full", seed: int = 0) -> list[Instance]:
-    """The generated benchmark suite (``full`` ~40 instances, ``debug`` a handful of tiny ones)."""
+    """The generated benchmark suite (``full`` ~40 instances, ``debug`` a handful of tiny ones).
+
+    ``heldout`` / ``heldout_debug``: the same families at sizes, clause ratios, zero fractions and
+    generator seeds (seed + 100) that the full suite does not use; the hybrids are never tuned on them."""
+    if scale == "heldout_debug":
+        return [chain_eq(10), random_3cnf(15, 3.9, seed + 100), random_factor_graph(12, 14, 0.7, seed + 100),
+                matrix_chain(5, 12, seed + 100)]
+    if scale == "heldout":
+        hs = seed + 100
+        out = [grid_eq(14), grid_eq(18), chain_eq(18), chain_eq(22)]
+        for n, r in ((22, 3.0), (22, 4.0), (26, 2.8), (26, 3.9), (30, 3.0), (30, 4.2)):
+            out.append(random_3cnf(n, r, hs))
+        out += [parity_ring(30), hardcore_grid(10)]
+        for n, m, p0 in ((40, 50, 0.3), (40, 50, 0.7), (45, 55, 0.95), (70, 90, 0.9)):
+            out.append(random_factor_graph(n, m, p0, hs))
+        out += [random_regular(26, 3, 2, 4, hs), random_regular(36, 3, 2, 4, hs + 1), matrix_chain(20, 96, hs),
+                matrix_chain(6, 200, hs), lattice(5, 3, hs), lattice(4, 4, hs)]
+        return out
     if scale == "debug":
         return [grid_eq(5), chain_eq(8), random_3cnf(14, 4.3, seed), pigeonhole(3), hardcore_grid(4),
                 random_factor_graph(10, 12, 0.5, seed), matrix_chain(4, 8, seed), lattice(3, 2, seed)]

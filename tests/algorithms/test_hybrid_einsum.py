@@ -1,5 +1,6 @@
-"""Hybrid einsum: COO == dense == numpy on random expressions (hypothesis), the switch rule, memory
-caps, known answers of generated instances, and bad input."""
+"""Hybrid einsum: COO == dense == numpy on random expressions (hypothesis), both switch rules (the
+cost-predicted one and the one-way density threshold), the cost predictor and the density tracker,
+memory caps, known answers of generated instances, and bad input."""
 from __future__ import annotations
 
 import math
@@ -10,11 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from components.algorithms.hybrid_einsum import COO, MemoryCapExceeded, contract, einsum, plan
+from components.algorithms.hybrid_einsum.costmodel import CostModel, estimate_pair, nnz_bound, pair_shape, spread
+from components.algorithms.hybrid_einsum.engine import dense_costs, forecast, schedule
 from components.algorithms.hybrid_einsum.technique import time_method
 from components.core.errors import ConfigError
 from components.data import einsum_instances as gen
 
 LABELS = "abcdef"
+ALWAYS_COO = CostModel(d0=1.0, c0=0.0, c1=0, c2=0, c3=0, v0=0, v1=0, v2=0)        # dense steps cost 1 s each
+NEVER_COO = CostModel(c0=1.0)                                                       # COO steps cost 1 s each
 
 
 @st.composite
@@ -45,7 +50,9 @@ def test_coo_dense_hybrid_equal_numpy(case):
     for rep in ("dense", "coo"):
         assert np.array_equal(einsum(expr, *tensors, representation=rep), want), rep
     for tau in (0.0, 0.5, 1.0):                      # never / sometimes / always switch
-        assert np.array_equal(einsum(expr, *tensors, representation="hybrid", tau=tau), want), tau
+        assert np.array_equal(einsum(expr, *tensors, representation="hybrid_oneway", tau=tau), want), tau
+    for cm in (None, ALWAYS_COO, NEVER_COO):         # calibrated-like / switch at once / never switch
+        assert np.array_equal(einsum(expr, *tensors, representation="hybrid", cost_model=cm), want)
     got = einsum(expr, *tensors, representation="coo", output="coo")
     assert isinstance(got, COO) and np.array_equal(got.todense(), want)
     assert (got.values != 0).all()                  # exact zeros are dropped
@@ -58,13 +65,14 @@ def test_many_indices_and_implicit_output():
     assert np.array_equal(einsum("ij,jk", a, b, representation="coo"), a @ b)
 
 
-def test_switch_happens_exactly_when_the_rule_says():
+def test_oneway_switch_happens_exactly_when_the_rule_says():
     inst = gen.grid_eq(8)
     p = plan(inst.expr, [t.shape for t in inst.tensors])
-    dense = contract(p, inst.tensors, "dense", measure_density=True)
+    dense = contract(p, inst.tensors, "hybrid_oneway", tau=0.0)       # never switches, counts every step
+    assert dense.switched_at is None
     rem = [s.remaining_density for s in dense.trace]
     for tau in (0.3, 0.05, 0.01, 1e-3):
-        hy = contract(p, inst.tensors, "hybrid", tau=tau)
+        hy = contract(p, inst.tensors, "hybrid_oneway", tau=tau)
         below = [i for i, r in enumerate(rem[:-1]) if r < tau]
         expect = below[0] + 1 if below else None
         assert hy.switched_at == expect, tau
@@ -77,8 +85,11 @@ def test_switch_happens_exactly_when_the_rule_says():
     numel = [s.numel for s in dense.trace]
     cap = 8 * 2 ** 6
     first_big = next(i for i, n in enumerate(numel) if n * 8 > cap)
-    hy = contract(p, inst.tensors, "hybrid", tau=0.0, memory_cap_bytes=cap)
+    hy = contract(p, inst.tensors, "hybrid_oneway", tau=0.0, memory_cap_bytes=cap)
     assert hy.switched_at == first_big and hy.switch_reason == "cap" and float(hy.result) == 2.0
+    # the cost-predicted hybrid never runs a dense step past the cap either (that step costs infinity)
+    hy = contract(p, inst.tensors, "hybrid", memory_cap_bytes=cap, cost_model=NEVER_COO)
+    assert hy.switched_at is not None and hy.switched_at <= first_big and float(hy.result) == 2.0
     with pytest.raises(MemoryCapExceeded):
         contract(p, inst.tensors, "dense", memory_cap_bytes=cap)
 
@@ -153,3 +164,89 @@ def test_suite_reads_tau_from_the_calibration_input_and_draws_instances_from_the
     assert "grid_eq_5" in names0 and "grid_eq_5" in names1 and names0 != names1
     with pytest.raises(ConfigError, match="calibration"):
         run_einsum_suite(p, RunContext(seed=0))
+
+
+# ------------------------------------------------------------------ cost predictor and density tracker
+def test_cost_predictor_on_a_hand_checkable_pair():
+    # ab,bc->ac with a=2, b=3, c=4: A has 6 entries, B 12, joint space 24, output 8, shared space 3
+    sizes = {0: 2, 1: 3, 2: 4}
+    ps = pair_shape((0, 1), (1, 2), (0, 2), sizes)
+    assert (ps.numel_a, ps.numel_b, ps.shared, ps.union, ps.out) == (6, 12, 3, 24, 8)
+    assert (ps.only_b_out, ps.only_a_out) == (4, 2)
+    cm = CostModel(d0=1.0, d1=0.1, d2=0.01, d3=0.0, d_big=[0.0] * 8, c0=2.0, c1=0.5, c2=0.25, c3=0.125, c4=0.0)
+    # dense: union 24 with 24/8 = 3 summed entries per output entry (< 16: not BLAS-like), io 6+12+8
+    assert math.isclose(cm.dense(24, 26, 8), 1.0 + 0.1 * 24 + 0.01 * 26)
+    # COO, both dense operands: join = 6 * 12 / 3 = 24 pairs; every output entry is hit 3 times -> 8 nnz
+    t, out = estimate_pair(cm, ps, 6, 12)
+    assert math.isclose(out, 8.0)
+    assert math.isclose(t, 2.0 + 0.5 * (6 * 2 + 12 * 2) + 0.25 * 24 + 0.125 * 24 * 2)
+    # A half full: join 3 * 12 / 3 = 12 over 24 joint entries (density 1/2), 3 summed per output entry:
+    # P(output entry non-zero) = 1 - (1/2)^3 -> 8 * 7/8 = 7
+    t, out = estimate_pair(cm, ps, 3, 12)
+    assert math.isclose(out, 7.0) and math.isclose(t, 2.0 + 0.5 * (3 * 2 + 12 * 2) + 0.25 * 12 + 0.125 * 12 * 2)
+    assert math.isclose(spread(1, 16, 16), 1.0) and spread(0, 16, 4) == 0
+
+
+def test_switch_decision_flips_where_predicted_costs_cross():
+    # one step ab,bc->ac: switching at 0 costs convert(2 tensors) + one COO step = 2 * v0 + c0 = 3 s
+    # (every per-entry constant 0); staying dense costs d0. The decision flips at d0 = 3.
+    a, b = np.eye(3), np.ones((3, 3))
+    p = plan("ab,bc->ac", [a.shape, b.shape])
+    zero = dict(d1=0, d2=0, d3=0, d_big=[0.0] * 8, c1=0, c2=0, c3=0, c4=0, v1=0, v2=0, k0=0, k1=0)
+    for d0, switched in ((2.9, None), (3.1, 0)):
+        cm = CostModel(d0=d0, c0=1.0, v0=1.0, **zero)
+        sc = schedule(p)
+        fc = forecast(sc, cm, dense_costs(sc, cm, 2.0 ** 40), p, 0, [3.0, 9.0], sc.ndims)
+        assert fc.k == (0 if switched == 0 else 1)
+        assert math.isclose(fc.cost_dense, d0) and math.isclose(fc.cost_switch, min(d0, 3.0))
+        run = contract(p, [a, b], "hybrid", cost_model=cm, switch_margin=1.0)
+        assert run.switched_at == switched and np.array_equal(run.result, a @ b)
+        if switched is None:       # the lower bound (2 conversions + 1 COO step = 3 > 2.9) rules it out: no counts
+            assert run.decision == "never" and run.counts == 0
+        else:
+            assert run.decision == "forecast" and run.switch_reason == "predicted"
+    # with the default margin a switch must be predicted 1.25x cheaper than staying dense: 3 * 1.25 = 3.75
+    for d0, switched in ((3.7, None), (3.8, 0)):
+        run = contract(p, [a, b], "hybrid", cost_model=CostModel(d0=d0, c0=1.0, v0=1.0, **zero))
+        assert run.switched_at == switched and np.array_equal(run.result, a @ b)
+
+
+def test_density_tracker_bounds_and_exact_counts():
+    rng = np.random.default_rng(0)
+    for _ in range(200):                             # the pair bound is >= the true nnz
+        da, db, dc = (int(x) for x in rng.integers(1, 4, 3))
+        a = rng.integers(-1, 2, (da, db)) * (rng.random((da, db)) < rng.random())
+        b = rng.integers(-1, 2, (db, dc)) * (rng.random((db, dc)) < rng.random())
+        sizes = {0: da, 1: db, 2: dc}
+        for keep in ((0, 2), (0,), (2,), ()):
+            ps = pair_shape((0, 1), (1, 2), keep, sizes)
+            true = np.count_nonzero(np.einsum("ab,bc->" + "".join("abc"[i] for i in keep), a, b))
+            assert nnz_bound(ps, np.count_nonzero(a), np.count_nonzero(b)) >= true
+    # along a real contraction: every step's bound >= its true nnz, and exact where the hybrid counted
+    for inst in (gen.random_3cnf(16, 3.5, 3), gen.random_factor_graph(12, 14, 0.5, 1), gen.chain_eq(12)):
+        p = plan(inst.expr, [t.shape for t in inst.tensors])
+        truth = [s.nnz for s in contract(p, inst.tensors, "hybrid_oneway", tau=0.0).trace]
+        # COO paid per join pair only (the lower bound cannot rule it out, the forecast never picks it);
+        # counting free: every dense step is counted
+        free = dict(d0=1e-3, d1=0, d2=0, d3=0, d_big=[0.0] * 8, c0=0, c1=0, c2=1.0, c3=0, c4=0, v0=0, v1=0, v2=0,
+                    k1=0, py_step=0)
+        cm = CostModel(k0=0.0, **free)
+        hy = contract(p, inst.tensors, "hybrid", cost_model=cm, track_budget=1.0)
+        assert hy.decision == "forecast" and hy.counts > len(inst.tensors)
+        for st, n in zip(hy.trace, truth):
+            assert st.nnz_bound >= n
+            if st.nnz >= 0:
+                assert st.nnz == n == st.nnz_bound
+        frugal = contract(p, inst.tensors, "hybrid", cost_model=CostModel(k0=1.0, **free))   # counts too dear: bounds
+        assert frugal.counts == len(inst.tensors) or frugal.switched_at is not None   # + the check before a switch
+        assert all((st.nnz == -1 or st.representation == "coo") and st.nnz_bound >= n
+                   for st, n in zip(frugal.trace[:-1], truth))
+
+
+def test_dense_chain_is_left_alone():
+    # tiny dense matrix chain: the lower bound rules out any switch, so the hybrid counts nothing
+    inst = gen.matrix_chain(12, 16, 0)
+    p = plan(inst.expr, [t.shape for t in inst.tensors])
+    run = contract(p, inst.tensors, "hybrid")
+    assert run.decision == "never" and run.counts == 0 and run.switched_at is None
+    assert np.allclose(run.result, contract(p, inst.tensors, "dense").result)

@@ -46,8 +46,10 @@ class COO:
             v = a.reshape(1)
             keep = v != 0
             return cls(np.zeros((int(keep.sum()), 0), np.int64), np.ascontiguousarray(v[keep]), ())
-        nz = np.nonzero(a)
-        return cls(np.stack(nz, 1).astype(np.int64), np.ascontiguousarray(a[nz]), tuple(a.shape))
+        flat = np.ascontiguousarray(a).reshape(-1)
+        idx = np.flatnonzero(flat)            # one scan, then unravel: no n-d fancy indexing
+        coords = np.stack(np.unravel_index(idx, a.shape), 1).astype(np.int64, copy=False)
+        return cls(np.ascontiguousarray(coords), flat[idx], tuple(a.shape))
 
     def todense(self) -> np.ndarray:
         out = np.zeros(self.shape, self.values.dtype)
