@@ -103,3 +103,79 @@ def test_dead_worker_fails_the_run_with_reason(ray_session, tmp_path):
     assert time.time() - t0 < 120
     msg = str(e.value)
     assert "failed" in msg and ("exit" in msg.lower() or "died" in msg.lower() or "actor" in msg.lower()), msg
+
+
+def _adamw_pair(wd):
+    """Two AdamW with the same state: one stepped by the fused kernel, one by the unfused reference."""
+    torch.manual_seed(1)
+    flat = torch.randn(5 * 3 + 4 + 6 * 2)
+    sizes, shapes = [15, 4, 12], [(5, 3), (4,), (6, 2)]
+    views = lambda f: [s.view(sh) for s, sh in zip(f.split(sizes), shapes)]  # noqa: E731
+    a, b = flat.clone(), flat.clone()
+    return (a, views(a), AdamW(views(a), weight_decay=wd)), (b, views(b), AdamW(views(b), weight_decay=wd)), views
+
+
+@pytest.mark.parametrize("wd", [0.1, "mask"])
+def test_fused_adamw_equals_unfused_reference(wd):
+    """The fused kernel (commit in place, preview into another tensor) equals the unfused formula, with a
+    number (decay on ndim >= 2) or one value per parameter (a per-element mask included)."""
+    if wd == "mask":
+        wd = [0.1, 0.0, torch.linspace(0.0, 0.2, 12).view(6, 2)]
+    (fa, va, oa), (fb, vb, ob), views = _adamw_pair(wd)
+    for step in range(6):
+        gs = [torch.randn_like(p) for p in va]
+        lr = lr_at(step, 6, 1e-2, 2, 0.1)
+        pa, pb = [torch.empty_like(p) for p in va], [torch.empty_like(p) for p in vb]
+        oa.update(va, gs, lr, pa, write=False)
+        ob.update_reference(vb, gs, lr, pb, write=False)
+        assert oa.k == ob.k == step
+        assert all(torch.allclose(x, y, rtol=1e-5, atol=1e-7) for x, y in zip(pa, pb))
+        oa.update(va, gs, lr, va, write=True)
+        ob.update_reference(vb, gs, lr, vb, write=True)
+        assert torch.allclose(fa, fb, rtol=1e-5, atol=1e-7)
+        assert torch.allclose(oa.m_flat, ob.m_flat, rtol=1e-5, atol=1e-8)
+        assert torch.allclose(oa.v_flat, ob.v_flat, rtol=1e-5, atol=1e-10)
+
+
+def test_commit_preview_equals_commit_then_preview():
+    """DUO's fused optimizer step: commit with gbar_{t-1} (state advances), preview with qbar_t from the new
+    committed weights into the working weights (state untouched) = the two unfused updates in sequence; the
+    gradient may come as views into another buffer (DUO's cache is in DDP's bucket order)."""
+    (ca, va, oa), (cb, vb, ob), views = _adamw_pair(0.1)
+    wa, wb = [torch.empty_like(p) for p in va], [torch.empty_like(p) for p in vb]
+    for step in range(5):
+        bucket = torch.randn(31)                                     # the reduced cache, reversed layout
+        gbar = [bucket[16:].view(5, 3), bucket[12:16], bucket[:12].view(6, 2)]
+        qbar = [torch.randn_like(p) for p in va]
+        lr_c, lr = lr_at(step, 5, 1e-2, 2, 0.1), lr_at(step + 1, 5, 1e-2, 2, 0.1)
+        oa.commit_preview(va, gbar, lr_c, qbar, lr, wa)
+        ob.update_reference(vb, gbar, lr_c, vb, write=True)
+        ob.update_reference(vb, qbar, lr, wb, write=False)
+        assert oa.k == ob.k == step + 1
+        assert torch.allclose(ca, cb, rtol=1e-5, atol=1e-7)
+        assert all(torch.allclose(x, y, rtol=1e-5, atol=1e-7) for x, y in zip(wa, wb))
+        assert torch.allclose(oa.m_flat, ob.m_flat, rtol=1e-5, atol=1e-8)
+
+
+def test_fit_retries_only_a_removed_placement_group(monkeypatch, tmp_path):
+    """Ray Train's placement-group cleaner may remove a live job's group under load: that run starts again
+    once; a worker's own failure is never retried."""
+    from components.training.ddp import runner
+
+    calls = []
+
+    def fake(msg):
+        def _fit(*a, **k):
+            calls.append(1)
+            if len(calls) == 1 or msg.startswith("exit"):
+                raise runner.DataParallelFailed(msg)
+            return {"ok": 1}
+        return _fit
+
+    monkeypatch.setattr(runner, "_fit", fake("Destroying worker since its placement group was removed."))
+    assert runner.fit(None, {}, 2, 0.5, tmp_path, "x") == {"ok": 1} and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(runner, "_fit", fake("exit code 3"))
+    with pytest.raises(runner.DataParallelFailed):
+        runner.fit(None, {}, 2, 0.5, tmp_path, "x")
+    assert len(calls) == 1

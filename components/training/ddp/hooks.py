@@ -8,7 +8,8 @@ averaged gradient DDP writes back to ``param.grad``:
 - :func:`codec_hook` - encode the local gradient with a :mod:`torch codec <components.compression.torch_codecs>`,
   all-gather the packed payloads and average the *dequantized* per-worker gradients (no re-quantization
   of partial sums). With ``error_feedback`` the codec compresses ``g + e`` and keeps ``e`` = what it lost.
-  With ``cache_offsets`` it also keeps a full-precision copy of the local gradient (DUO's slow path).
+  With ``cache`` (a callable) it hands the bucket to it first, which keeps the full-precision local gradient
+  (DUO's slow path: one contiguous copy of the bucket into a persistent buffer).
 - :func:`powersgd_hook` - torch's own PowerSGD hook, wrapped to count its all-reduced elements.
 """
 import time
@@ -64,18 +65,15 @@ class CodecState:
     error_feedback: bool = False
     stats: CommStats = field(default_factory=CommStats)
     errors: dict = field(default_factory=dict)     # id(parameter) -> local residual (EF)
-    # DUO: copy the full-precision local gradient into ``cache`` (flat, parameter order) at these offsets
-    cache_offsets: dict | None = None              # id(parameter) -> offset in the flat vector
-    cache: torch.Tensor | None = None
+    # DUO: ``cache(bucket)`` keeps the full-precision local gradient before the bucket is encoded
+    cache: object = None
 
 
 def codec_hook(state: CodecState, bucket) -> torch.futures.Future[torch.Tensor]:
     g = bucket.buffer()
     n = g.numel()
-    if state.cache_offsets is not None:
-        for p, gv in zip(bucket.parameters(), bucket.gradients()):
-            off = state.cache_offsets[id(p)]
-            state.cache[off:off + gv.numel()].copy_(gv.reshape(-1))
+    if state.cache is not None:
+        state.cache(bucket)
     v = g
     if state.error_feedback:  # residuals are kept per parameter: DDP reorders its bucket after step 0
         params, views = bucket.parameters(), bucket.gradients()

@@ -5,8 +5,17 @@ schedule (``cfg["takeover"]``, :mod:`components.training.ddp.takeover`).
 One TorchTrainer run trains one seed of a variant (``cfg["seed"]``; the DAG runs the seeds). Each
 rank samples its own batches (seeded by seed and rank, identical across methods); rank 0 evaluates
 on fixed validation windows and returns per-step series, bytes per path, gloo seconds per path and
-median compute phase times (forward, backward without the hook's collective, optimizer) through a
+median compute phase times (forward, backward with the hook's codec work, optimizer) through a
 small checkpoint (Ray Train V2 returns metrics only with one).
+
+Phase clock (the one place every data-parallel experiment's simulated step gets its compute from):
+the calling thread's CPU time (``time.thread_time``), medians over the steps. Wall time on this
+2-core machine shared by 4 workers (and other jobs) measures the scheduler as much as the model: a
+variant run while other jobs load the machine gets slower phases than one run on an idle machine,
+and DUO's forward shares its worker's half core with its own slow all-reduce (gloo's thread), which
+a link with its own NIC would not take from compute. The thread's CPU time counts the forward,
+backward (with the comm hook's encode/decode, not its collective) and optimizer work alone. The wall
+medians stay beside them (``*_wall_s``); takeover's cost ratio is measured on the same clock.
 """
 from __future__ import annotations
 
@@ -44,7 +53,8 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     steps, fail = cfg["steps"], cfg.get("fail_at")
     spec = TakeoverSpec.parse(cfg.get("takeover"), world, cfg["model"]["d_model"])
     tk = Takeover(spec, world, steps, seed, rank) if cfg.get("takeover") is not None else None
-    fwd, bwd, opt, hook_s = [], [], [], []
+    fwd, bwd, opt, hook_s = [], [], [], []            # thread CPU seconds per phase
+    fwd_w, bwd_w, opt_w = [], [], []                  # wall seconds per phase (collectives and waits out)
     val_steps, val_loss, train_loss = [], [], []
     train_s = 0.0
 
@@ -64,20 +74,24 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
             x, y = sample_batch(train, cfg["batch"], ctx_len, rng)
         fast_before = strat.paths["fast"].seconds
         exposed_before = strat.exposed_s
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         strat.before_forward(step)
+        c0b = time.thread_time()
         take_s = tk.run_extras(ddp, train, cfg["batch"], ctx_len, step) if tk else 0.0
-        t1 = time.perf_counter()
+        c1, t1 = time.thread_time(), time.perf_counter()
         _, loss = ddp(x, y)
-        t2 = time.perf_counter()
+        c2, t2 = time.thread_time(), time.perf_counter()
         (loss * 0.0 if tk and tk.is_down(step) else loss).backward()   # a down replica sends a zero gradient
-        t3 = time.perf_counter()
+        c3, t3 = time.thread_time(), time.perf_counter()
         strat.after_backward(step, lr)
-        t4 = time.perf_counter()
+        c4, t4 = time.thread_time(), time.perf_counter()
         coll = strat.paths["fast"].seconds - fast_before
-        fwd.append(t2 - t1)
-        bwd.append(t3 - t2 - coll)
-        opt.append(t4 - t3 - (strat.exposed_s - exposed_before) + (t1 - t0 - take_s))
+        fwd.append(c2 - c1)
+        bwd.append(c3 - c2)
+        opt.append((c0b - c0) + (c4 - c3))
+        fwd_w.append(t2 - t1)
+        bwd_w.append(t3 - t2 - coll)
+        opt_w.append(t4 - t3 - (strat.exposed_s - exposed_before) + (t1 - t0 - take_s))
         hook_s.append(coll)
         train_s += t4 - t0
         train_loss.append(loss.item())
@@ -88,6 +102,7 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     train_s += time.perf_counter() - t0
     out = {"seed": seed, "train_s": train_s, "steps": steps,
            "fwd_s": _median(fwd), "bwd_s": _median(bwd), "opt_s": _median(opt),
+           "fwd_wall_s": _median(fwd_w), "bwd_wall_s": _median(bwd_w), "opt_wall_s": _median(opt_w),
            "n_params": sum(p.numel() for p in model.parameters()),
            "paths": {k: vars(v).copy() for k, v in strat.paths.items()},
            "exposed_slow_s": strat.exposed_s, "takes": tk.takes if tk else 0,

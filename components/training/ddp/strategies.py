@@ -35,11 +35,9 @@ class Strategy:
         self.cfg = cfg
         self.module_params = list(ddp.module.parameters())
         self.flat = flat  # from flatten_params(module), called before wrapping the module in DDP
-        self.offsets = [p.data.storage_offset() for p in self.module_params]
-        decay = torch.cat([torch.full((p.numel(),), cfg["weight_decay"] if p.dim() >= 2 else 0.0)
-                           for p in self.module_params])
-        self.params = [self.flat]
-        self.opt = make_optimizer(cfg["optimizer"], self.params, [decay])
+        # the optimizer steps the parameters themselves (views into ``flat``), decay on tensors with ndim >= 2
+        self.params = self.module_params
+        self.opt = make_optimizer(cfg["optimizer"], self.params, cfg["weight_decay"])
         self.paths: dict[str, hooks.CommStats] = {}
         self.exposed_s = 0.0  # communication waited for outside the hook (slow path)
 
@@ -57,8 +55,11 @@ class Strategy:
 
     def grads(self) -> list[torch.Tensor]:
         """The reduced gradient DDP wrote to ``.grad``, as one flat vector (in a one-element list)."""
-        return [torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                           for p in self.module_params])]
+        return [torch.cat([g.reshape(-1) for g in self.grad_list()])]
+
+    def grad_list(self) -> list[torch.Tensor]:
+        """The reduced gradient DDP wrote to ``.grad``, one tensor per parameter (no copy)."""
+        return [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.module_params]
 
 
 @register("ddp_strategy", "sync", summary="one synchronous gradient reduction per step through a DDP comm hook "
@@ -87,5 +88,5 @@ class SyncStrategy(Strategy):
         self.paths["fast"] = state.stats
 
     def after_backward(self, step, lr):
-        self.opt.update(self.params, self.grads(), lr, self.params, write=True)
+        self.opt.update(self.params, self.grad_list(), lr, self.params, write=True)
 

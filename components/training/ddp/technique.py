@@ -144,6 +144,7 @@ def summarize(p: DPParams, method: str, out: dict) -> Result:
     fwd = float(np.mean([r["fwd_s"] for r in ranks]))
     bwd = float(np.mean([r["bwd_s"] for r in ranks]))
     opt = float(np.mean([r["opt_s"] for r in ranks]))
+    wall = {k: float(np.mean([r.get(k, float("nan")) for r in ranks])) for k in ("fwd_wall_s", "bwd_wall_s", "opt_wall_s")}
     fast_b, slow_b = fast["bytes"] / steps, slow["bytes"] / steps
     t_fast = simtime.fast_path_s(link, method, fast_b, fast["collectives"] / steps, world)
     t_slow = simtime.allreduce_s(link, slow_b, world, slow["collectives"] / steps)
@@ -154,7 +155,7 @@ def summarize(p: DPParams, method: str, out: dict) -> Result:
         "bytes_fast_per_step": fast_b, "bytes_slow_per_step": slow_b, "bytes_per_step": fast_b + slow_b,
         "allreduces_per_step": (fast["collectives"] + slow["collectives"]) / steps,   # collectives of both paths
         "allreduce_bytes_per_step": fast_b + slow_b,
-        "fwd_s": fwd, "bwd_s": bwd, "opt_s": opt, "sim_fast_s": t_fast, "sim_slow_s": t_slow,
+        "fwd_s": fwd, "bwd_s": bwd, "opt_s": opt, **wall, "sim_fast_s": t_fast, "sim_slow_s": t_slow,
         "sim_step_s": simtime.step_s(fwd, bwd, opt, t_fast, t_slow),
         "sim_step_s_serial": simtime.step_s(fwd, bwd, opt, t_fast, t_slow, serial=True),
         "slow_fwd_ratio": t_slow / fwd if fwd > 0 else float("nan"),
@@ -180,7 +181,8 @@ def summarize(p: DPParams, method: str, out: dict) -> Result:
     return Result(metrics=metrics, series=series,
                   info={"method": method, "codec": codec, "link": p.link, "world": world, "block": p.block,
                         "takeover": p.takeover,
-                        "sim_rule": "max(T_fwd, T_slow) + max(T_bwd, T_fast) + T_opt; serial: T_bwd + T_fast"})
+                        "sim_rule": "max(T_fwd, T_slow) + max(T_bwd, T_fast) + T_opt; serial: T_bwd + T_fast",
+                        "phase_clock": "median thread CPU seconds per phase (wall medians: *_wall_s)"})
 
 
 def takeover_metrics(p: DPParams, ranks: list[dict], world: int, steps: int, t_exact: float, step_s: float) -> dict:
