@@ -233,10 +233,10 @@ def test_density_tracker_bounds_and_exact_counts():
         cm = CostModel(k0=0.0, **free)
         hy = contract(p, inst.tensors, "hybrid", cost_model=cm, track_budget=1.0)
         assert hy.decision == "forecast" and hy.counts > len(inst.tensors)
-        for st, n in zip(hy.trace, truth):
-            assert st.nnz_bound >= n
-            if st.nnz >= 0:
-                assert st.nnz == n == st.nnz_bound
+        for step, n in zip(hy.trace, truth):
+            assert step.nnz_bound >= n
+            if step.nnz >= 0:
+                assert step.nnz == n == step.nnz_bound
         frugal = contract(p, inst.tensors, "hybrid", cost_model=CostModel(k0=1.0, **free))   # counts too dear: bounds
         assert frugal.counts == len(inst.tensors) or frugal.switched_at is not None   # + the check before a switch
         assert all((st.nnz == -1 or st.representation == "coo") and st.nnz_bound >= n
