@@ -11,7 +11,7 @@ Speed: every update is torch's fused CPU AdamW kernel (``torch._fused_adamw_``, 
 gradient and moments, no temporaries. The first version built ~17 full-size temporaries per update
 (1.65 ms per AdamW step of the 111k-parameter GPT, mostly page faults of fresh allocations, vs 0.04 ms
 fused). A preview runs the same kernel on scratch copies of the moments, written straight into ``out``;
-:meth:`AdamW.commit_preview` is DUO's whole optimizer work of a step (commit with ``gbar_{t-1}``, then the
+:meth:`FunctionalOptimizer.commit_preview` is DUO's whole optimizer work of a step (commit with ``gbar_{t-1}``, then the
 preview with ``qbar_t``). :meth:`AdamW.update_reference` keeps the unfused formula the tests compare with.
 """
 from __future__ import annotations
