@@ -9,6 +9,7 @@ import torch
 import torch.multiprocessing as mp
 
 from components.core.errors import ConfigError
+from components.training.duo.fast_slow import DuoStrategy
 from components.training.duo.technique import DuoParams
 from tests.training import dp_workers
 
@@ -41,6 +42,48 @@ def test_duo_sgd_equals_closed_form(closed_form):
         assert (qb[t] - gb[t]).norm() > 0.1 * gb[t].norm()      # the 1-bit error is not negligible
     # after the last commit: exact SGD on the averaged gradients, no quantization error left
     assert torch.allclose(closed_form["final"], ws[0] - lr * torch.stack(gb).sum(0), atol=1e-6)
+
+
+class _Bucket:
+    """A DDP GradBucket stand-in: parameters laid out in ``order`` inside ``buf``."""
+
+    def __init__(self, buf, params, order):
+        self._buf, self._params, self._grads, o = buf, [params[i] for i in order], [], 0
+        for i in order:
+            self._grads.append(buf[o:o + params[i].numel()].view_as(params[i]))
+            o += params[i].numel()
+
+    def buffer(self):
+        return self._buf
+
+    def index(self):
+        return 0
+
+    def parameters(self):
+        return self._params
+
+    def gradients(self):
+        return self._grads
+
+
+def test_cache_follows_a_rebuilt_bucket_at_the_freed_buffers_address():
+    """DDP's bucket rebuild after step 0 can reorder the same parameters in a buffer at the old
+    buffer's address: the cached gradient views must follow the new layout (stale views sent each
+    rank's committed weights their own way: CI saw DUO-0bit ranks disagree)."""
+    # Prepare: two parameters, one bucket buffer reused at the same address with the order swapped
+    strat = DuoStrategy.__new__(DuoStrategy)
+    strat.parity, strat.bufs, strat.layouts, strat.cached, strat.cached_bufs = 0, {}, {}, {}, []
+    p0, p1 = torch.zeros(2), torch.zeros(3)
+    buf = torch.empty(5)
+    buf.copy_(torch.tensor([1.0, 2.0, 10.0, 20.0, 30.0]))            # layout [p0, p1]
+    strat._cache(_Bucket(buf, [p0, p1], [0, 1]))
+    strat.cached, strat.cached_bufs = {}, []
+    buf.copy_(torch.tensor([10.0, 20.0, 30.0, 1.0, 2.0]))            # rebuilt: layout [p1, p0], same address
+    # Execute
+    strat._cache(_Bucket(buf, [p0, p1], [1, 0]))
+    # Assert: each parameter's cached gradient is its own
+    assert strat.cached[id(p0)].tolist() == [1.0, 2.0]
+    assert strat.cached[id(p1)].tolist() == [10.0, 20.0, 30.0]
 
 
 def test_bad_input_is_rejected():

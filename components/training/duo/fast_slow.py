@@ -53,7 +53,7 @@ class DuoStrategy(Strategy):
         self.pending = None       # (works, gbar views in parameter order) of the in-flight slow reduction
         self.parity = 0           # which of the two cache buffer sets the next backward writes
         self.bufs: dict = {}      # (parity, bucket index) -> persistent cache buffer
-        self.layouts: dict = {}   # (parity, bucket index, buffer ptr, bucket ptr, n) -> {id(param): view}
+        self.layouts: dict = {}   # (parity, bucket index, buffer ptr, param ids, offsets) -> {id(param): view}
         self.cached: dict = {}    # id(param) -> view of this step's cache (filled by the hook)
         self.cached_bufs: list = []
         self.prev_lr = None       # learning rate of the step whose gradient is being reduced
@@ -72,13 +72,16 @@ class DuoStrategy(Strategy):
         if buf is None or buf.numel() != g.numel():
             buf = self.bufs[(self.parity, i)] = torch.empty_like(g)
         buf.copy_(g)
-        params = bucket.parameters()
-        key = (self.parity, i, buf.data_ptr(), g.data_ptr(), len(params))
+        params, grads = bucket.parameters(), bucket.gradients()
+        base = g.storage_offset()
+        offsets = tuple(gv.storage_offset() - base for gv in grads)
+        # the layout is the parameters and their offsets: DDP's bucket rebuild after step 0 may reorder
+        # the same parameters in a new buffer at the freed buffer's address
+        key = (self.parity, i, buf.data_ptr(), tuple(map(id, params)), offsets)
         views = self.layouts.get(key)
         if views is None:   # once per bucket layout and buffer
-            base = g.storage_offset()
-            views = self.layouts[key] = {id(p): buf[gv.storage_offset() - base:][:gv.numel()].view_as(p)
-                                         for p, gv in zip(params, bucket.gradients())}
+            views = self.layouts[key] = {id(p): buf[o:][:gv.numel()].view_as(p)
+                                         for p, gv, o in zip(params, grads, offsets)}
         self.cached.update(views)
         self.cached_bufs.append(buf)
 
