@@ -129,6 +129,18 @@ def log_level(cluster: dict[str, Any]) -> str:
     return str(cluster.get("logging_level") or "WARNING")
 
 
+def pin_ray_address() -> None:
+    """Every worker's setup hook: ``RAY_ADDRESS`` = this cluster's GCS, unless set.
+
+    Code in a worker that finds "the" cluster by address auto-detection (Ray Train's
+    PlacementGroupCleaner queries the state API that way) otherwise fails with "Found multiple active
+    Ray instances" as soon as a second session runs on the machine: the cleaner then dies, and a
+    controller that dies later leaves its placement group (and its CPUs) held."""
+    import ray
+
+    os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+
+
 def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
     """Connect to the cluster ``cluster`` names, or start embedded Ray; reuse a running session.
 
@@ -153,7 +165,8 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
         # Serve's driver-side logger prints INFO ("Started Serve", "... is ready at") over the live table
         logging.getLogger("ray.serve").setLevel(level)
         kwargs: dict[str, Any] = {"log_to_driver": bool(cluster.get("log_to_driver", True)),
-                                  "logging_level": level}
+                                  "logging_level": level,
+                                  "runtime_env": {"worker_process_setup_hook": f"{__name__}.pin_ray_address"}}
         if address:
             mode = "attached" if head else "connected"
             kwargs["address"] = address

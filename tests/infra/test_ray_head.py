@@ -145,3 +145,22 @@ def test_bad_cluster_options_are_config_errors(key, value):
     with pytest.raises(ConfigError, match=f"cluster.{key}"):
         check_cluster({**LOCAL, key: value})
     check_cluster(LOCAL)
+
+
+def test_workers_know_their_own_cluster_address(ray_session):
+    """Worker code that auto-detects "the" cluster (Ray Train's PlacementGroupCleaner, through the state
+    API) must find this session's, not fail with "multiple active Ray instances" when another runs."""
+    import ray
+
+    # Prepare: a task that reads what auto-detection would connect to
+    @ray.remote(num_cpus=0)
+    def detected():
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        return os.environ.get("RAY_ADDRESS"), canonicalize_bootstrap_address_or_die(None)
+
+    # Execute
+    env, found = ray.get(detected.remote(), timeout=60)
+    # Assert: pinned by the setup hook to this session's GCS
+    ours = ray.get_runtime_context().gcs_address
+    assert env == ours and found.split(":")[-1] == ours.split(":")[-1]
