@@ -9,6 +9,9 @@ perturbations of correct steps) and from S's own sampled steps labelled by the e
 S is trained on a 50/50 mix of the two surface forms (form B for odd start values, 20% of steps
 flipped), B mostly on form A. Budgets are fixed in
 optimizer steps (not wall time), so a rerun gives the same models; the DAG caches the output.
+With ``small_target_acc`` S is instead the checkpoint (every ``select_every`` steps) whose greedy
+accuracy on the last ``n_select`` held-out problems is nearest the target: a small model of a stated
+accuracy (Gatekeeper's sheet: ~60%), which a step count cannot pin on this task.
 
 Techniques read the output through :mod:`components.serving.lms` (``load_lm``, ``lm_costs``),
 which lives apart so that this module, the step's cache key, holds only what the step runs.
@@ -123,7 +126,9 @@ class _Sampler:
 
 # ------------------------------------------------------------------------------ training
 def train_lm(model: GPT, sampler: _Sampler, steps: int, batch: int, lr: float, judge_weight: float,
-             seed: int, progress=None) -> dict:
+             seed: int, progress=None, every: int = 0, on_checkpoint=None) -> dict:
+    """AdamW with warmup and cosine decay over ``steps``; ``on_checkpoint(step)`` after every ``every``
+    steps and after the last (model in eval mode during the call)."""
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     warm = max(1, steps // 20)
@@ -148,6 +153,10 @@ def train_lm(model: GPT, sampler: _Sampler, steps: int, batch: int, lr: float, j
         opt.step()
         sched.step()
         lm_curve.append(float(lm_loss.detach()))
+        if on_checkpoint is not None and every and ((s + 1) % every == 0 or s == steps - 1):
+            model.eval()
+            on_checkpoint(s + 1)
+            model.train()
         if progress is not None and (s % 50 == 0 or s == steps - 1):
             progress(s + 1, steps, loss=lm_curve[-1])
     model.eval()
@@ -206,6 +215,10 @@ class ReasoningLMParams:
     n_heldout: int = 2000         # held-out problems excluded from training
     heldout_seed: int = 12345
     n_eval: int = 200             # held-out problems for the train stats
+    small_target_acc: float | None = None   # keep S's checkpoint whose selection accuracy is nearest this
+    select_every: int = 250       # ... checkpoints every this many steps (and the last)
+    n_select: int = 200           # ... selection problems: the LAST n_select held-out problems (techniques
+                                  # evaluate on the first ones; see components.serving.lms)
     seed: int = 0
 
     def check(self):
@@ -217,6 +230,12 @@ class ReasoningLMParams:
             require(0 <= getattr(self, k) <= 1, k, getattr(self, k), "a probability in [0, 1]")
         require(self.lr > 0, "lr", self.lr, "a positive learning rate")
         require(0 <= self.n_eval <= self.n_heldout, "n_eval", self.n_eval, f"an integer in [0, n_heldout={self.n_heldout}]")
+        if self.small_target_acc is not None:
+            require(0 < self.small_target_acc <= 1, "small_target_acc", self.small_target_acc,
+                    "null or an accuracy in (0, 1]")
+            require(self.select_every >= 1, "select_every", self.select_every, "a positive integer")
+            require(1 <= self.n_select <= self.n_heldout - self.n_eval, "n_select", self.n_select,
+                    f"an integer in [1, n_heldout - n_eval = {self.n_heldout - self.n_eval}] (disjoint from the eval problems)")
         for k in ("small_size", "base_size"):
             size = getattr(self, k)
             if isinstance(size, str):
@@ -232,6 +251,31 @@ def _config(size, level: str) -> GPTConfig:
     return GPTConfig(vocab_size=len(R.ALPHABET), **d).check()
 
 
+class _CheckpointPicker:
+    """S's checkpoint by held-out accuracy: the one nearest ``small_target_acc`` on the last ``n_select``
+    held-out problems (disjoint from the first ones, which the train stats and the techniques use). A
+    small model of a given accuracy cannot be pinned by a step count on this task: accuracy jumps from
+    ~30-60% to 100% within ~1k steps (issue 19's probes), and a checkpoint is how such a model is chosen."""
+
+    def __init__(self, model: GPT, p: ReasoningLMParams):
+        self.model, self.target = model, p.small_target_acc
+        self.problems = R.held_out_problems(p.n_heldout, p.level, p.heldout_seed)[-p.n_select:]
+        self.curve: list[tuple[int, float]] = []
+        self.best = None   # (distance, step, accuracy, state)
+
+    def __call__(self, step: int) -> None:
+        acc = greedy_accuracy(self.model, self.problems)
+        self.curve.append((step, acc))
+        d = abs(acc - self.target)
+        if self.best is None or d < self.best[0]:
+            self.best = (d, step, acc, {k: v.detach().clone() for k, v in self.model.state_dict().items()})
+
+    def restore(self) -> dict:
+        _, step, acc, state = self.best
+        self.model.load_state_dict(state)
+        return {"selected_step": step, "selection_accuracy": acc, "selection_curve": self.curve}
+
+
 def train_reasoning_lms(p: ReasoningLMParams, progress=None) -> dict:
     """Train S, sample its steps for the judge, then train B (LM + judge). Plain data out."""
     p.check()
@@ -245,7 +289,11 @@ def train_reasoning_lms(p: ReasoningLMParams, progress=None) -> dict:
 
     small = GPT(_config(p.small_size, p.level))
     s_sampler = _Sampler(p.level, p.small_style_b, p.small_flip, excluded, parity_style=p.small_parity_style)
-    s_stats = train_lm(small, s_sampler, p.small_steps, p.batch, p.lr, 0.0, p.seed + 1, prog("small", 0))
+    pick = _CheckpointPicker(small, p) if p.small_target_acc is not None else None
+    s_stats = train_lm(small, s_sampler, p.small_steps, p.batch, p.lr, 0.0, p.seed + 1, prog("small", 0),
+                       every=p.select_every, on_checkpoint=pick)
+    if pick is not None:
+        s_stats.update(pick.restore())
     s_stats["heldout_accuracy"] = greedy_accuracy(small, evalset)
 
     pool = sample_small_steps(small, s_sampler, p.n_small_samples, 0.6, p.seed + 2) if p.n_small_samples else []

@@ -84,3 +84,35 @@ def test_prepare_step_trains_and_loads_both_models():
         base(torch.tensor([ids[:-3]]), cache=c)
         inc = base(torch.tensor([ids[-3:]]), cache=c)[0, -1]
     assert torch.allclose(full, inc, atol=1e-5)
+
+
+def test_small_model_is_the_checkpoint_nearest_the_target_accuracy(monkeypatch):
+    """small_target_acc keeps S's checkpoint whose selection accuracy is nearest the target (a ~60%
+    model cannot be pinned by a step count), scored on the last held-out problems only."""
+    # Prepare: scripted selection accuracies per checkpoint; remember the weights each one saw
+    seen, script = [], iter([0.10, 0.55, 0.90])
+    first_eval = {q.text for q in R.held_out_problems(5, "medium", 12345)}
+
+    def fake_acc(model, problems):
+        if len(problems) == 6:                 # the selection set
+            assert not first_eval & {q.text for q in problems}
+            seen.append({k: v.clone() for k, v in model.state_dict().items()})
+            return next(script)
+        return 0.0
+
+    monkeypatch.setattr(L, "greedy_accuracy", fake_acc)
+    p = L.ReasoningLMParams(small_steps=30, base_steps=2, batch=4, n_small_samples=0, judge_frac=0.0,
+                            n_heldout=20, n_eval=5, small_target_acc=0.6, select_every=10, n_select=6)
+    # Execute
+    out = L.train_reasoning_lms(p)
+    # Assert: three checkpoints (steps 10, 20, 30); step 20's weights (0.55) are the small model's
+    st = out["small"]["stats"]
+    assert [s for s, _ in st["selection_curve"]] == [10, 20, 30]
+    assert st["selected_step"] == 20 and st["selection_accuracy"] == 0.55
+    assert all(torch.equal(out["small"]["state"][k], seen[1][k]) for k in seen[1])
+    assert not all(torch.equal(out["small"]["state"][k], seen[2][k]) for k in seen[2])
+
+
+def test_checkpoint_selection_rejects_overlap_with_eval_problems():
+    with pytest.raises(Exception, match="n_select"):
+        L.ReasoningLMParams(n_heldout=20, n_eval=15, small_target_acc=0.6, n_select=6).check()

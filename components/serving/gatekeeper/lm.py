@@ -168,8 +168,10 @@ def _needs_lms(p: LMCascadeParams, exp: dict) -> None:
     for mine, theirs in (("style_b", "small_style_b"), ("flip", "small_flip")):
         require(getattr(p, mine) == getattr(lp, theirs), mine, getattr(p, mine),
                 f"{getattr(lp, theirs)} (the small model's training mix: prepare {p.lms_entry} {theirs})")
-    require(p.n_val + p.n_test <= lp.n_heldout, "n_test", p.n_val + p.n_test,
-            f"n_val + n_test <= the prepare step's n_heldout={lp.n_heldout} (never-trained problems)")
+    free = lp.n_heldout - (lp.n_select if lp.small_target_acc is not None else 0)
+    require(p.n_val + p.n_test <= free, "n_test", p.n_val + p.n_test,
+            f"n_val + n_test <= {free}: the prepare step's n_heldout={lp.n_heldout} never-trained problems"
+            + (f", less the last n_select={lp.n_select} that chose the small model" if free < lp.n_heldout else ""))
 
 
 @technique("gatekeeper_lm", family="serving", params=LMCascadeParams, validate=_needs_lms, inputs=("lms",),
