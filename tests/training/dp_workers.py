@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,16 @@ METHODS = {  # name -> config overrides
     "duo1": dict(method="duo", bits=1, strategy=DuoStrategy),
     "duo0": dict(method="duo", bits=0, strategy=DuoStrategy),
 }
+
+
+def _exit_now(dist) -> None:
+    """End a worker whose results are written: destroy the group, then leave without the interpreter's
+    teardown, where gloo's leftover threads sometimes abort the process ("terminate called without an
+    active exception", seen in `make test`; a crash before the results are written still fails the test)."""
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _init(rank: int, world: int, port: int) -> None:
@@ -59,7 +70,7 @@ def _run_named(rank: int, world: int, port: int, out: str, cfgs: dict, keep: tup
     dist.all_gather_object(gathered, res)
     if rank == 0:
         Path(out).write_text(json.dumps(gathered))
-    dist.destroy_process_group()
+    _exit_now(dist)
 
 
 def closed_form_worker(rank: int, world: int, port: int, out: str) -> None:
@@ -123,7 +134,7 @@ def closed_form_worker(rank: int, world: int, port: int, out: str) -> None:
     if rank == 0:
         torch.save({"ws": ws, "gbars": gbars, "qbars": qbars, "final": final, "lr": lr, "ddp_q": ddp_q,
                     "committed": committed}, out)
-    dist.destroy_process_group()
+    _exit_now(dist)
 
 
 TAKEOVER = {  # name -> config overrides: replica 1 down for steps 3..7 of 12 (kills [[3, 1]], down 5)

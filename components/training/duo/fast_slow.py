@@ -130,3 +130,7 @@ class DuoStrategy(Strategy):
             self.opt.update(self.c_views, gbar, self.prev_lr, self.c_views, write=True)
         with torch.no_grad():
             self.flat.copy_(self.committed[0])
+        # the slow path's group ends with the run: one process training several variants (the tests) would
+        # otherwise keep every earlier run's gloo group and its threads until exit
+        dist.destroy_process_group(self.slow_group)
+        self.slow_group = None
