@@ -23,8 +23,6 @@ import torch
 
 from components.core.errors import require
 
-_FUSED = hasattr(torch, "_fused_adamw_")
-
 
 class FunctionalOptimizer:
     """``update(base, grads, lr, out, write)``: out <- one step from ``base``; ``write`` keeps the state."""
@@ -92,8 +90,6 @@ class AdamW(FunctionalOptimizer):
 
     def _fused(self, out, grads, ms, vs, k: int, lr: float) -> None:
         """``out`` <- AdamW step (in place) with moments ``ms``/``vs`` updated in place, step count ``k``."""
-        if not _FUSED:
-            return self._eager(out, grads, ms, vs, k, lr)
         step = torch.tensor(float(k))
         for idx in self.groups:
             w = self.wd[idx[0]]
@@ -104,18 +100,6 @@ class AdamW(FunctionalOptimizer):
             torch._fused_adamw_([out[i] for i in idx], [grads[i] for i in idx], [ms[i] for i in idx],
                                 [vs[i] for i in idx], [], [step] * len(idx), lr=lr, beta1=self.b1, beta2=self.b2,
                                 weight_decay=w, eps=self.eps, amsgrad=False, maximize=False)
-
-    def _eager(self, out, grads, ms, vs, k, lr):  # in-place fallback (older torch): same math
-        c1, c2 = 1 - self.b1 ** k, 1 - self.b2 ** k
-        for i, (o, g, m, v) in enumerate(zip(out, grads, ms, vs)):
-            m.lerp_(g, 1 - self.b1)
-            v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
-            w = self.wd[i]
-            if isinstance(w, torch.Tensor):
-                o.addcmul_(o, w, value=-lr)
-            elif w:
-                o.mul_(1 - lr * w)
-            o.addcdiv_(m, v.sqrt().div_(math.sqrt(c2)).add_(self.eps), value=-lr / c1)
 
     @torch.no_grad()
     def update(self, base, grads, lr, out, write=True):
