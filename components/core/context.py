@@ -23,12 +23,23 @@ class RunContext:
     experiment: str = "adhoc"
     variant: str = "adhoc"
     seed: int = 0
+    run: str = ""  # the parent run's id: two runs (or robustness jobs) sharing a head never share keys
     inputs: dict[str, Any] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path("runs") / "scratch")
     nodes: list[Any] | None = None  # the experiment's NodeActor pool (resources.nodes), if any
     reporter: Callable[[str, int, int, dict], None] | None = None
     min_interval_s: float = 0.25
     _last: float = 0.0
+
+    def host_key(self, *parts: Any) -> str:
+        """The key under which this call hosts objects on shared actors (``NodeActor.host``).
+
+        Unique per (run, experiment, variant, seed), so seeds of one variant running at once on the
+        experiment's node pool never overwrite or drop each other's objects; ``parts`` tell apart
+        several objects of one call (an instance index, a role).
+        """
+        base = f"{self.run or 'local'}/{self.experiment}/{self.variant}/s{self.seed}"
+        return "/".join([base, *map(str, parts)])
 
     def input(self, name: str) -> Any:
         """The prepared input ``name`` (declared in the technique's or step's ``inputs``)."""

@@ -184,7 +184,7 @@ def _run_federated(p: FederatedParams, ctx) -> Result:
             nodes, own = start_nodes(p.hosts, 0.0, "fl-host"), True
         else:
             nodes = ctx.nodes
-    hist, specs = run_one_seed(p, X, y, seed, nodes, own, f"{ctx.experiment}/{ctx.variant}/s{seed}",
+    hist, specs = run_one_seed(p, X, y, seed, nodes, own, ctx.host_key(),
                                lambda r, acc: ctx.progress(r, p.rounds, acc=acc))
     wall = time.perf_counter() - t0
 

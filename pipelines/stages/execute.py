@@ -147,7 +147,7 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
         """Submit the task first (it starts computing), then create its MLflow runs."""
         o = outcomes[v.name]
         so = o.seeds[seed]
-        ctx = {"experiment": spec.name, "variant": v.name, "seed": seed, "nodes": nodes,
+        ctx = {"experiment": spec.name, "variant": v.name, "seed": seed, "run": parent_id, "nodes": nodes,
                "workdir": runs_dir / "work" / parent_id / v.name / str(seed)}
         names = list(v.inputs)
         refs = [inputs[(v.inputs[n], seed if spec.entry(v.inputs[n]).seeded else None)] for n in names]

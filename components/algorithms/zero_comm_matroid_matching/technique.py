@@ -189,7 +189,7 @@ def run_zero_comm(p: ZeroCommParams, ctx) -> Result:
     rows = []
     try:
         for i, inst in enumerate(suite):
-            rows.append(_one(p, inst, rng, nodes, f"{ctx.variant}/{ctx.seed}/{i}"))
+            rows.append(_one(p, inst, rng, nodes, ctx.host_key(i)))
             ctx.progress(i + 1, len(suite), optimal=_share(rows))
     finally:
         if own:

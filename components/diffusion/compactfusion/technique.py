@@ -7,7 +7,6 @@ same bits (per seed)."""
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -176,7 +175,7 @@ def _actor_check(p: CFParams, prepared: dict, model, ref_in: dict, ctx) -> dict:
     k = min(p.actor_samples, len(ref_in["noise"]))
     spec = p.spec()
     local, lrun = _sample_in_process(model, ref_in, spec, p.shards, p.batch, idx=slice(0, k))
-    key = f"cf-{ctx.variant}-{ctx.seed}-{os.getpid()}-{time.time_ns() % 10**6}"
+    key = ctx.host_key()
     runner = ActorRunner(p.shards, spec, prepared, nodes=ctx.nodes, key=key, fail_rank=p.fail_rank,
                          fail_step=p.fail_step, timeout_s=p.timeout_s)
     t0 = time.perf_counter()

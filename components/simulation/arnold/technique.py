@@ -153,7 +153,7 @@ def run_arnold(p: ArnoldParams, ctx) -> Result:
         from components.simulation.actors import ActorCluster, pool_for
 
         pool, own_pool = pool_for(ctx, 4, "arnold-node")
-        cluster = ActorCluster(f"{ctx.experiment}/{ctx.variant}/s{ctx.seed}", topo, pool)
+        cluster = ActorCluster(ctx.host_key(), topo, pool)
     total = len(p.busy) * p.n_clusters
     try:
         for bi, busy in enumerate(p.busy):

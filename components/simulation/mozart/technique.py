@@ -179,7 +179,7 @@ def _actor_check(p: MozartParams, ctx, net, m: MoEShape, ev, home, g, w: Wafer) 
     pool, own = pool_for(ctx, 4, "mozart-package")
     try:
         e_a, h_a = ev[: p.actor_tokens], home[: p.actor_tokens]
-        out = run_actor_check(f"{ctx.experiment}/{ctx.variant}/s{ctx.seed}", net, pool, e_a, h_a, g, m.token_bytes,
+        out = run_actor_check(ctx.host_key(), net, pool, e_a, h_a, g, m.token_bytes,
                               np.random.default_rng([ctx.seed, 4]))
         st_a = stage_times(e_a, h_a, g, m, w, net)
         out["vectorised_dispatch_s"] = engine.matrix_phase_time(net, st_a["traffic"])

@@ -3,7 +3,6 @@ K/V traffic uncompressed, int8, on a fixed random projection, or on learned (mix
 subspaces; bytes of every hop on the shared Link, simulated time to the uncompressed loss."""
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -92,7 +91,7 @@ def run_context_parallel(p: CPParams, ctx) -> Result:
         out = train(p.train_setup(), spec, corpus, ctx.seed, progress=ctx.progress)
         train_s = time.perf_counter() - t0
         x, _ = sample_batch(corpus.val, p.check_batch, p.context, np.random.default_rng(ctx.seed + 777))
-        check = exactness(out["model"], x, ctx.seed, nodes=ctx.nodes, key=f"cp-{ctx.variant}-{ctx.seed}-{os.getpid()}",
+        check = exactness(out["model"], x, ctx.seed, nodes=ctx.nodes, key=ctx.host_key("exactness"),
                           fail_rank=p.fail_rank, use_actors=p.actor_check, timeout_s=p.timeout_s)
     links = {n: Link.from_config(c, key=f"links.{n}") for n, c in p.links.items()}
     fl = simtime.flops(p.batch, p.context // p.chunks, p.d_model, p.n_head, p.n_layer, corpus.vocab_size)

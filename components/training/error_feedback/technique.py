@@ -80,7 +80,7 @@ def run_error_feedback(p: EFParams, ctx) -> Result:
     nodes = None
     if distributed:
         nodes = ctx.nodes if ctx.nodes and len(ctx.nodes) >= len(parts) else start_nodes(len(parts), p.actor_cpus, "ef-agent")
-    agents = RemoteObjects(f"{ctx.experiment}/{ctx.variant}", factories, nodes)
+    agents = RemoteObjects(ctx.host_key(), factories, nodes)
     call = agents.call
 
     x0 = np.zeros(d)
