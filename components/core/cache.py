@@ -66,7 +66,8 @@ def module_closure(name: str) -> tuple[str, ...]:
         if path is None:
             continue
         seen.add(mod)
-        todo += sorted(_imports_of(mod, path) - seen)
+        if mod not in _NOT_HASHED:  # plumbing's own imports (the registry's manifest, ...) are plumbing too
+            todo += sorted(_imports_of(mod, path) - seen)
     return tuple(sorted(seen - _NOT_HASHED))
 
 

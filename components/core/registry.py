@@ -8,22 +8,26 @@ Every pluggable piece registers itself where it is defined, with one mechanism::
 and is found by ``get(kind, name)`` (a ConfigError naming the key and the known names when it is
 not there). Techniques and prepare steps register through :func:`technique` and
 :func:`prepare_step`, which also describe their params and the prepared inputs they need.
-:func:`discover` imports every module under ``components`` so ``dtlab list`` and the DAG see
-them all; each entry knows the file that defines it.
+
+Nothing is imported to find an entry: :mod:`components.core.manifest` reads every registration
+from the source (an AST scan, cached per file), so ``get`` imports only the module that registers
+the entry, and :func:`entries` / :func:`names` list every kind without importing any. A module
+that does not parse or import is one line (:func:`broken`), and only the lookups that need it
+fail. :func:`discover` still imports everything, for the few places that need every object.
+A family is a package folder under ``components/`` (:func:`families`): a new folder is a new family.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
+import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from components.core.errors import ConfigError
-
-FAMILIES = ("core", "compression", "training", "federated", "serving", "diffusion",
-            "simulation", "algorithms", "data", "models", "coding")
+from components.core.manifest import Broken, Index, Listing, Manifest, default_cache_file, one_line_error
 
 # kind -> what it holds (``dtlab list KIND``). A new kind is one line here.
 KINDS: dict[str, str] = {
@@ -50,6 +54,7 @@ class Entry:
     obj: Any
     summary: str = ""
     meta: dict = field(default_factory=dict)
+    module: str = ""                   # the module whose import registered it
 
     @property
     def file(self) -> str:
@@ -67,7 +72,7 @@ class Technique:
     summary: str
     fn: Callable[..., Any]
     params: type | None
-    validate: Callable[[Any, dict], None] | None = None
+    validate: Callable[..., None] | None = None   # (params, experiment[, inputs]): see technique()
     inputs: tuple[str, ...] = ()       # names of the prepared inputs it reads (ctx.input(name))
 
     @property
@@ -90,6 +95,11 @@ class PrepareStep:
 
 
 _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]          # components/
+# the index lookups consult; tests point it at a temporary package tree
+_INDEX = Index(_PACKAGE_DIR, "components", default_cache_file(_PACKAGE_DIR))
+_IMPORT_FAILED: dict[str, Broken] = {}                       # module -> why it did not import
+_dynamic_imported: set[str] = set()
 _discovered = False
 
 
@@ -108,6 +118,14 @@ def _where(obj: Any) -> str:
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
 
 
+def _registering_module() -> str:
+    """The module whose top-level code called into the registry (the one a lookup must import)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "?") if frame is not None else "?"
+
+
 def add(kind: str, name: str, obj: Any, summary: str = "", **meta) -> Any:
     """Register ``obj`` as ``name`` of ``kind``; the same object twice is fine, two objects not."""
     if kind not in KINDS:
@@ -119,7 +137,7 @@ def add(kind: str, name: str, obj: Any, summary: str = "", **meta) -> Any:
     if not summary:
         doc = inspect.getdoc(getattr(obj, "fn", obj)) or ""
         summary = doc.strip().splitlines()[0] if doc.strip() else ""
-    table[name] = Entry(kind, name, obj, summary.strip(), dict(meta))
+    table[name] = Entry(kind, name, obj, summary.strip(), dict(meta), _registering_module())
     return obj
 
 
@@ -133,27 +151,122 @@ def register(kind: str, name: str, *, summary: str = "", **meta):
     return deco
 
 
-def discover() -> None:
-    """Import every module below ``components`` once, so all registrations run."""
-    global _discovered
-    if _discovered:
-        return
-    import components
+# ------------------------------------------------------------------------------ the index
+def manifest(refresh: bool = False) -> Manifest:
+    """What every module under components/ registers, read from the source (nothing imported)."""
+    return _INDEX.manifest(refresh)
 
-    for mod in pkgutil.walk_packages(components.__path__, "components."):
-        if mod.name.split(".")[-1].startswith("_") and not mod.ispkg:
-            continue
-        importlib.import_module(mod.name)
-    _discovered = True
+
+def families() -> tuple[str, ...]:
+    """The known families: the package folders under components/ (a new folder is a new family)."""
+    return _INDEX.families()
+
+
+def __getattr__(name: str):
+    if name == "FAMILIES":  # the former constant, now read from the folders
+        return families()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _error_line(e: BaseException, file: str) -> str:
+    """An import error in one line: the exception, and where in the package tree it was raised."""
+    if isinstance(e, SyntaxError):
+        return one_line_error(e, _INDEX.rel(e.filename) if e.filename else None, e.lineno, file)
+    root = _INDEX.root.resolve()
+    for fr in reversed(traceback.extract_tb(e.__traceback__)):  # the deepest frame inside the tree
+        if fr.filename and Path(fr.filename).resolve().is_relative_to(root):
+            return one_line_error(e, _INDEX.rel(fr.filename), fr.lineno, file)
+    return one_line_error(e, None, None, file)
+
+
+def _import(module: str) -> Broken | None:
+    """Import one module; a failure (any exception at import) is kept as its one-line Broken."""
+    if module in _IMPORT_FAILED:
+        return _IMPORT_FAILED[module]
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - a broken module must not take the command down
+        file = _INDEX.manifest().files.get(module, module)
+        _IMPORT_FAILED[module] = Broken(module, file, _error_line(e, file))
+        return _IMPORT_FAILED[module]
+    return None
+
+
+def _import_dynamic(man: Manifest) -> None:
+    """Import the modules whose registrations the scan could not read, once each."""
+    for module in man.dynamic:
+        if module not in _dynamic_imported:
+            _dynamic_imported.add(module)
+            _import(module)
+
+
+def broken() -> list[Broken]:
+    """Modules that do not parse (from the scan) or did not import (in this process), one line each."""
+    out = {b.module: b for b in manifest().broken}
+    out.update(_IMPORT_FAILED)
+    return list(out.values())
+
+
+def discover() -> list[Broken]:
+    """Import every module below ``components`` once, so all registrations run (for the places
+    that need every object). A module that fails to import is skipped and returned, not raised."""
+    global _discovered
+    if not _discovered:
+        for module in manifest().modules:
+            _import(module)
+        _discovered = True
+    return broken()
+
+
+def _check_kind(kind: str) -> dict[str, Entry]:
+    if kind not in KINDS:
+        raise ConfigError("kind", kind, "one of " + ", ".join(sorted(KINDS)))
+    return _REGISTRY[kind]
+
+
+def _load(kind: str, name: str, key: str) -> None:
+    """Import the module the manifest names for (kind, name); ConfigError in one line if it cannot."""
+    what = f"{kind.replace('_', ' ')} {name!r}"
+    man = manifest()
+    hits = man.find(kind, name)
+    if not hits:                       # a file added since this process read the manifest
+        man = manifest(refresh=True)
+        hits = man.find(kind, name)
+    if len({h.module for h in hits}) > 1:
+        raise ConfigError(key, name, f"{what} is registered twice: " + " and ".join(f"{h.file}:{h.line}" for h in hits))
+    if hits:
+        failed = _import(hits[0].module)
+        if failed is not None:
+            raise ConfigError(key, name, f"{what} is registered in {failed.file}, "
+                                         f"which does not import: {failed.error}")
+    if name not in _REGISTRY[kind]:
+        _import_dynamic(man)
+    if name not in _REGISTRY[kind]:
+        unreadable = [b for b in man.broken if _mentions(b.file, name)]
+        if unreadable:  # most likely registered in a file that does not parse: say that, not "unknown"
+            raise ConfigError(key, name, f"not found: {what} is likely in {unreadable[0].file}, which cannot be "
+                                         f"read: {unreadable[0].error}")
+        known = sorted(set(man.of(kind)) | set(_REGISTRY[kind]))
+        raise ConfigError(key, name, f"unknown {kind.replace('_', ' ')}; known: " + ", ".join(known))
+
+
+def _mentions(file: str, name: str) -> bool:
+    """Whether a file that does not parse spells ``name`` as a string literal (for the error hint)."""
+    try:
+        text = (_INDEX.root.parent / file).read_text(errors="replace")
+    except OSError:
+        return False
+    return f'"{name}"' in text or f"'{name}'" in text
 
 
 def get(kind: str, name: str, key: str | None = None) -> Entry:
-    """The entry ``name`` of ``kind``; ConfigError(key, name, the known names) if there is none."""
-    table = _REGISTRY[kind]
+    """The entry ``name`` of ``kind``, importing only the module that registers it.
+
+    ConfigError(key, name, ...) in one line when it is unknown (with the known names) or its module
+    does not import (with the module's file and the error)."""
+    table = _check_kind(kind)
     if name not in table:
-        discover()
-    if name not in table:
-        raise ConfigError(key or kind, name, f"unknown {kind.replace('_', ' ')}; known: " + ", ".join(sorted(table)))
+        _load(kind, name, key or kind)
     return table[name]
 
 
@@ -162,12 +275,25 @@ def lookup(kind: str, name: str, key: str | None = None) -> Any:
     return get(kind, name, key).obj
 
 
-def entries(kind: str) -> dict[str, Entry]:
-    """Every entry of ``kind``, after discovery."""
-    discover()
-    if kind not in KINDS:
-        raise ConfigError("kind", kind, "one of " + ", ".join(sorted(KINDS)))
-    return dict(_REGISTRY[kind])
+def _listing(e: Entry) -> Listing:
+    """A registration made at run time (not in the source scan) in the manifest's shape."""
+    params = getattr(e.obj, "params", None)
+    return Listing(kind=e.kind, name=e.name, module=e.module, file=e.file, summary=e.summary, meta=dict(e.meta),
+                   params=f"{params.__module__}.{params.__qualname__}" if isinstance(params, type) else "")
+
+
+def entries(kind: str) -> dict[str, Listing]:
+    """Every entry of ``kind`` as listed in the source (name, module, file, summary, family, params),
+    without importing it; ``.obj`` on one imports its module. Registrations made at run time (and
+    by modules the scan could not read) are included."""
+    table = _check_kind(kind)
+    man = manifest()
+    _import_dynamic(man)
+    out = man.of(kind)
+    for name, e in table.items():
+        if name not in out:
+            out[name] = _listing(e)
+    return out
 
 
 def names(kind: str) -> list[str]:
@@ -176,17 +302,21 @@ def names(kind: str) -> list[str]:
 
 # --------------------------------------------------------------------- techniques and prepare steps
 def technique(name: str, *, family: str, summary: str, params: type | None = None,
-              validate: Callable[[Any, dict], None] | None = None, inputs: tuple[str, ...] | list[str] = ()):
+              validate: Callable[..., None] | None = None, inputs: tuple[str, ...] | list[str] = ()):
     """Register ``fn(params, ctx) -> Result`` as technique ``name`` (a baseline registers the same way).
 
+    ``family`` is a package folder under components/ (:func:`families`).
     ``params`` is a dataclass checked before Ray starts (keys, types, its ``check()`` for ranges);
-    ``validate(params, experiment)`` may add checks that need the whole experiment config.
+    ``validate(params, experiment)`` may add checks that need the whole experiment config; a hook with a
+    third parameter, ``validate(params, experiment, inputs)``, also gets the variant's bindings: each
+    declared input name -> the PrepareSpec it is bound to (``.name``, ``.step``, ``.params`` parsed).
     ``inputs`` names the prepared outputs it reads with ``ctx.input(name)``; the experiment binds
     each to a prepare entry (by the same name, or ``inputs: {name: entry}`` on the variant).
     The function runs one seed (``ctx.seed``); the DAG runs the experiment's seeds.
     """
-    if family not in FAMILIES:
-        raise ValueError(f"family {family!r} is not one of {FAMILIES}")
+    known = families()
+    if family not in known:
+        raise ValueError(f"family {family!r} is not one of {known} (a family is a package folder under components/)")
 
     def deco(fn):
         add("technique", name, Technique(name, family, summary.strip(), fn, params, validate, tuple(inputs)),

@@ -13,13 +13,14 @@ from typing import Any
 from components.core.cache import StageCache, cache_key, code_version
 from components.core.context import RunContext
 from components.core.errors import require
-from components.core.registry import discover, get_prepare_step
+from components.core.registry import get_prepare_step
 from pipelines.experiment import ExperimentSpec, PrepareSpec
 
 
 def run_step(step_name: str, params: Any, ctx_fields: dict, names: list[str], *upstream) -> tuple[Any, float]:
-    """One prepare step in this process; ``upstream`` are its inputs in the order of ``names``."""
-    discover()
+    """One prepare step in this process; ``upstream`` are its inputs in the order of ``names``.
+
+    Only the step's own module is imported (the registry's index names it), not all of components/."""
     step = get_prepare_step(step_name)
     t0 = time.perf_counter()
     out = step.fn(params, RunContext(**ctx_fields, inputs=dict(zip(names, upstream))))

@@ -64,6 +64,16 @@ def test_code_version_covers_imported_modules_transitively_and_nothing_else(tmp_
     module_closure.cache_clear()
 
 
+def test_registry_plumbing_and_its_imports_are_not_hashed():
+    """A step that registers itself imports the registry; the registry's own imports (its manifest,
+    errors) cannot change what the step computes, so an edit there must not rebuild every cached model."""
+    # Execute
+    closure = module_closure("components.core.probe_prepare")
+    # Assert
+    assert "components.core.probe_prepare" in closure
+    assert not [m for m in closure if m in ("components.core.registry", "components.core.errors", "components.core.manifest")]
+
+
 def test_roundtrip_is_atomic(tmp_path):
     c = StageCache(tmp_path)
     assert not c.has("k")
