@@ -73,11 +73,16 @@ class RunOutcome:
 
     @property
     def claims_held(self) -> int:
-        return sum(c.holds for c in self.claims if c.gate and not c.skipped)
+        return sum(c.holds for c in self.claims if c.gate and not c.skipped)   # an inconclusive claim never holds
 
     @property
     def claims_judged(self) -> int:
-        return sum(1 for c in self.claims if c.gate and not c.skipped)
+        """Gated claims with a verdict: not "not run", not "inconclusive" (inside the noise floor)."""
+        return sum(1 for c in self.claims if c.gate and not c.skipped and not c.inconclusive)
+
+    @property
+    def claims_inconclusive(self) -> int:
+        return sum(1 for c in self.claims if c.gate and not c.skipped and c.inconclusive)
 
     def metrics(self) -> dict[str, dict[str, float]]:
         return {n: o.result.clean_metrics() for n, o in self.variants.items() if o.result is not None}

@@ -7,7 +7,11 @@ A claim is written in the experiment config as an expression over ``variant.metr
 
 Expressions are parsed with :mod:`ast` and only arithmetic, comparisons, boolean logic, constants,
 ``variant.metric`` look-ups and a few functions are allowed: no names from Python, no calls to
-anything else. A missing variant or metric (a crashed run) makes the claim fail, never pass.
+anything else. A variant without results (a crashed run) makes the claim fail, never pass. A metric
+that a variant which ran did not report (a grid value not run, ``rates`` without 20) leaves the claim
+"not run": it never fails on it, and a NaN (a real value: a target never reached) still fails it.
+Terms of ``measured`` that cannot be computed show as n/a; only ``holds`` decides whether a claim is
+judged.
 
 Over seeds: ``variant.m`` is the mean over the variant's seeds, ``variant.m_se`` its standard
 error and ``variant.m_n`` the count (components.core.seeds). ``paired(expr)`` evaluates ``expr``
@@ -25,6 +29,14 @@ language, checked on the same cells. A claim whose premise is measured false is 
 whichever way its own check came out: a failure there is the setting's, not the technique's, and a
 pass there is vacuous (homogeneous agents cannot show a stall). ``holds`` keeps the raw check; a
 premise that cannot be computed (a missing metric, a NaN) is unknown and never excuses a failure.
+
+Timed claims: ``noise: variant.figure_noise`` (or a list of them) names the noise floor of each timed
+figure the claim gates, in the figure's own units (components.core.timing: the same work timed
+against itself in the same interleaving). The claim is evaluated again with each named figure moved
+by minus and plus its floor (every combination, seed values alike); when a verdict there differs
+from the measured one, the effect lies inside the noise floor and the claim reads "inconclusive":
+neither holds nor fails (``holds`` is then False). A floor that cannot be read leaves the measured
+verdict standing, with a note.
 """
 from __future__ import annotations
 
@@ -56,6 +68,10 @@ class MissingMetric(KeyError):
     """A claim referred to a variant or metric that the run did not produce."""
 
 
+class MissingVariant(MissingMetric):
+    """A claim referred to a variant with no results at all (it failed, or was not run)."""
+
+
 @dataclass(frozen=True)
 class Claim:
     name: str
@@ -68,6 +84,7 @@ class Claim:
     at_least: int | None = None              # cells that must hold (None: every cell)
     premise: str = ""                        # the measured precondition (same language, same cells)
     premise_measured: str = ""               # its figure to show (defaults to none)
+    noise: tuple[str, ...] = ()              # ``variant.figure_noise`` floors of the timed figures it gates
 
     def cells(self) -> list[dict[str, Any]]:
         """One {axis: value} per cell; a single empty cell without ``over``."""
@@ -146,7 +163,7 @@ def _per_seed(node: ast.AST, seed_metrics, run) -> list[float]:
     variants = _node_variants(node)
     for v in variants:
         if v not in seed_metrics:
-            raise MissingMetric(f"variant {v!r} has no results")
+            raise MissingVariant(f"variant {v!r} has no results")
     common = set.intersection(*(set(seed_metrics[v]) for v in variants)) if variants else set()
     if not common:
         raise MissingMetric("no seed shared by " + ", ".join(sorted(variants)))
@@ -171,7 +188,7 @@ class _Evaluator:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             variant, metric = node.value.id, node.attr
             if variant not in metrics:
-                raise MissingMetric(f"variant {variant!r} has no results")
+                raise MissingVariant(f"variant {variant!r} has no results")
             if metric not in metrics[variant]:
                 raise MissingMetric(f"{variant}.{metric} was not reported")
             val = metrics[variant][metric]
@@ -217,13 +234,15 @@ class ClaimOutcome:
     holds: bool
     gate: bool
     error: str = ""
-    skipped: bool = False   # its variants were not run (only=...): neither holds nor fails
-    cells: list = field(default_factory=list)   # per axis cell: {cell, holds, measured, error}
+    skipped: bool = False   # not judged (only=..., a metric not reported): neither holds nor fails
+    cells: list = field(default_factory=list)   # per axis cell: {cell, holds, measured, error, status}
     premise: str = ""                    # the premise expression ("" when the claim names none)
     premise_holds: bool | None = None    # None: no premise, or its variants were not run
     premise_measured: str = ""
     premise_error: str = ""
     measured_pm: str = ""                # the measured figure with "± SE" where it is a mean over seeds
+    inconclusive: bool = False           # a timed effect inside its noise floor: neither holds nor fails
+    noise_measured: str = ""             # each timed figure with its noise floor ("a.x 1.5 ± 0.04")
 
     @property
     def status(self) -> str:
@@ -231,7 +250,7 @@ class ClaimOutcome:
         return outcome_status(self)
 
 
-STATUSES = ("holds", "fails", "premise not met", "not run")
+STATUSES = ("holds", "fails", "inconclusive", "premise not met", "not run")
 
 
 def outcome_status(c: Any) -> str:
@@ -241,7 +260,23 @@ def outcome_status(c: Any) -> str:
         return "not run"
     if get("premise_holds", None) is False:
         return "premise not met"
+    if get("inconclusive", False):
+        return "inconclusive"
     return "holds" if get("holds", False) else "fails"
+
+
+def noise_figure(ref: str, key: str = "noise") -> tuple[str, str, str]:
+    """(variant, figure, noise metric) of a ``noise:`` entry ``variant.figure_noise``."""
+    try:
+        body = ast.parse(ref, mode="eval").body
+    except SyntaxError:
+        body = None
+    ok = (isinstance(body, ast.Attribute) and isinstance(body.value, ast.Name) and body.attr.endswith("_noise")
+          and len(body.attr) > len("_noise"))
+    if not ok:
+        raise ConfigError(key, ref, "a metric name variant.FIGURE_noise (the noise floor of the timed figure "
+                                    "variant.FIGURE, components.core.timing)")
+    return body.value.id, body.attr[:-len("_noise")], body.attr
 
 
 def _value(expr: str, metrics, key: str, seed_metrics) -> tuple[Any, bool]:
@@ -273,47 +308,137 @@ def _measured_pm(expr: str, metrics, seed_metrics) -> str:
     return "[" + ", ".join(parts) + "]" if isinstance(body, (ast.List, ast.Tuple)) else parts[0]
 
 
+def _measured_text(expr: str, metrics, key: str, seed_metrics) -> str:
+    """The measured figure; each term of a list that cannot be computed (its variant not run, a
+    metric not reported) shows as n/a, so one absent term never hides the others."""
+    body = parse_expr(expr, key).body
+    terms = body.elts if isinstance(body, (ast.List, ast.Tuple)) else [body]
+    vals = []
+    for t in terms:
+        try:
+            vals.append(_Evaluator(expr, key, seed_metrics or {}).run(t, metrics))
+        except (MissingMetric, ValueError, ZeroDivisionError, TypeError):
+            vals.append(None)
+    return fmt(vals if isinstance(body, (ast.List, ast.Tuple)) else vals[0], none="n/a")
+
+
+def _perturbed(metrics, seed_metrics, moves: list[tuple[str, str, float, dict]]):
+    """Copies of ``metrics`` and ``seed_metrics`` with each (variant, figure) moved by its amount
+    (``per_seed``: the seed's own amount where it reported one)."""
+    m = {v: dict(d) for v, d in metrics.items()}
+    sm = {v: {s: dict(d) for s, d in per.items()} for v, per in (seed_metrics or {}).items()}
+    for variant, figure, amount, per_seed in moves:
+        if figure in m.get(variant, {}):
+            m[variant][figure] += amount
+        for s, d in sm.get(variant, {}).items():
+            if figure in d:
+                d[figure] += per_seed.get(s, amount)
+    return m, sm
+
+
+def _noise_verdict(claim: Claim, cell: Mapping[str, Any], holds_expr: str, ok: bool, metrics,
+                   seed_metrics) -> tuple[bool, str, str]:
+    """(inconclusive, figure ± floor text, note): ``holds`` re-evaluated with every timed figure at
+    minus and plus its noise floor (each combination); inconclusive when any verdict differs."""
+    floors, shown = [], []
+    for ref in claim.noise:
+        variant, figure, nm = noise_figure(substitute(ref, cell), f"claims.{claim.name}.noise")
+        n = metrics.get(variant, {}).get(nm)
+        if n is None or not isinstance(n, (int, float)) or math.isnan(n):
+            return False, "", f"noise floor unknown ({variant}.{nm} not reported)"
+        n = abs(float(n))
+        per_seed = {s: abs(d[nm]) for s, d in (seed_metrics or {}).get(variant, {}).items()
+                    if isinstance(d.get(nm), (int, float)) and not math.isnan(d[nm])}
+        floors.append((variant, figure, n, per_seed))
+        shown.append(f"{variant}.{figure} {fmt(metrics.get(variant, {}).get(figure))} ± {fmt(n)}")
+    for signs in itertools.product((-1.0, 1.0), repeat=len(floors)):
+        moves = [(v, f, sg * n, {s: sg * x for s, x in ps.items()}) for sg, (v, f, n, ps) in zip(signs, floors)]
+        m, sm = _perturbed(metrics, seed_metrics, moves)
+        try:
+            value = _value(holds_expr, m, f"claims.{claim.name}.holds", sm)[0]
+        except (MissingMetric, ValueError, ZeroDivisionError, TypeError):
+            continue
+        if bool(value) != ok:
+            return True, "; ".join(shown), ""
+    return False, "; ".join(shown), ""
+
+
+def _reason(e: BaseException) -> str:
+    """The message of ``e`` (a KeyError's str() would quote it)."""
+    return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+
+
+def _judge_cell(claim: Claim, cell, holds_expr: str, measured_expr: str, metrics, seed_metrics) -> dict:
+    """One cell: {cell, holds, measured, error, status, pm, noise}; status is one of STATUSES but
+    "premise not met" (the premise is checked apart)."""
+    measured, ok, error, pm, status, noise = "", False, "", "", "fails", ""
+    if measured_expr:
+        measured = _measured_text(measured_expr, metrics, f"claims.{claim.name}.measured", seed_metrics)
+        with contextlib.suppress(MissingMetric, ValueError, ZeroDivisionError, TypeError):
+            pm = _measured_pm(measured_expr, metrics, seed_metrics)  # display only: never decides
+    try:
+        value, nan_seen = _value(holds_expr, metrics, f"claims.{claim.name}.holds", seed_metrics)
+        if isinstance(value, float) and math.isnan(value):
+            raise ValueError("NaN")
+        ok = bool(value)
+        status = "holds" if ok else "fails"
+        if not ok and nan_seen:
+            error = "a NaN was compared (a NaN metric, e.g. a target never reached, or a standard error of one seed)"
+        elif claim.noise:
+            inside, noise, note = _noise_verdict(claim, cell, holds_expr, ok, metrics, seed_metrics)
+            if inside:
+                status, ok = "inconclusive", False
+                error = f"inconclusive: inside the noise floor ({noise}); measured verdict: {'holds' if value else 'fails'}"
+            error = error or note
+    except MissingVariant as e:          # a variant with no results (it failed): the claim fails
+        measured, error = measured or "n/a", _reason(e)
+    except MissingMetric as e:           # a metric not reported: not judged, never failed
+        measured, error, status = measured or "n/a", f"not run: {_reason(e)}", "not run"
+    except (ValueError, ZeroDivisionError, TypeError) as e:
+        measured, error = measured or "n/a", str(e)
+    return {"cell": dict(cell), "holds": ok, "measured": measured, "error": error, "status": status, "pm": pm,
+            "noise": noise}
+
+
 def check(claim: Claim, metrics: Mapping[str, Mapping[str, float]],
           seed_metrics: Mapping[str, Mapping[int, Mapping[str, float]]] | None = None) -> ClaimOutcome:
-    """Evaluate one claim (every cell of its axes); a missing metric or a NaN makes a cell fail,
-    with the reason attached."""
-    cells, measured_parts, pm_parts, errors, has_pm = [], [], [], [], False
-    for cell, holds_expr, measured_expr in claim.expressions():
-        label = ",".join(str(v) for v in cell.values())
-        measured, ok, error, pm = "", False, "", ""
-        try:
-            if measured_expr:
-                measured = fmt(_value(measured_expr, metrics, f"claims.{claim.name}.measured", seed_metrics)[0])
-                with contextlib.suppress(MissingMetric, ValueError, ZeroDivisionError, TypeError):
-                    pm = _measured_pm(measured_expr, metrics, seed_metrics)  # display only: never decides
-            value, nan_seen = _value(holds_expr, metrics, f"claims.{claim.name}.holds", seed_metrics)
-            if isinstance(value, float) and math.isnan(value):
-                raise ValueError("NaN")
-            ok = bool(value)
-            if not ok and nan_seen:
-                error = "a NaN was compared (a NaN metric, e.g. a target never reached, or a standard error of one seed)"
-        except (MissingMetric, ValueError, ZeroDivisionError, TypeError) as e:
-            measured, error = measured or "n/a", str(e)
-        cells.append({"cell": cell, "holds": ok, "measured": measured, "error": error})
-        measured_parts.append(f"{label}: {measured}" if label else measured)
-        pm_parts.append((f"{label}: " if label else "") + (pm or measured))
-        has_pm = has_pm or bool(pm)
-        if error:
-            errors.append(f"{label}: {error}" if label else error)
-    held = sum(c["holds"] for c in cells)
+    """Evaluate one claim (every cell of its axes). A variant without results or a NaN makes a
+    cell fail, a metric not reported leaves it "not run", a timed effect inside its noise floor
+    "inconclusive"; the reason is attached. With ``over``, the claim holds when ``at_least`` cells
+    hold, fails when even every undecided cell holding would not reach that, and is otherwise not
+    run (some cell not run) or inconclusive."""
+    cells = [_judge_cell(claim, cell, h, m, metrics, seed_metrics) for cell, h, m in claim.expressions()]
+    measured_parts, pm_parts, errors = [], [], []
+    for c in cells:
+        label = ",".join(str(v) for v in c["cell"].values())
+        measured_parts.append(f"{label}: {c['measured']}" if label else c["measured"])
+        pm_parts.append((f"{label}: " if label else "") + (c["pm"] or c["measured"]))
+        if c["error"]:
+            errors.append(f"{label}: {c['error']}" if label else c["error"])
+    count = {s: sum(c["status"] == s for c in cells) for s in ("holds", "inconclusive", "not run")}
     need = len(cells) if claim.at_least is None else claim.at_least
+    if count["holds"] >= need:
+        status = "holds"
+    elif count["holds"] + count["inconclusive"] + count["not run"] < need:
+        status = "fails"
+    else:
+        status = "not run" if count["not run"] else "inconclusive"
     measured = "; ".join(measured_parts)
     if claim.over:
-        measured = f"{held}/{len(cells)} cells hold (need {need}) · " + measured
-    out = ClaimOutcome(claim.name, claim.paper, measured, held >= need, claim.gate, error="; ".join(errors),
-                       cells=cells if claim.over else [],
+        measured = f"{count['holds']}/{len(cells)} cells hold (need {need}) · " + measured
+    has_pm = any(c["pm"] for c in cells)
+    out = ClaimOutcome(claim.name, claim.paper, measured, status == "holds", claim.gate, error="; ".join(errors),
+                       skipped=status == "not run", inconclusive=status == "inconclusive",
+                       cells=[{k: c[k] for k in ("cell", "holds", "measured", "error", "status")} for c in cells]
+                       if claim.over else [],
                        measured_pm=(measured.split(" · ")[0] + " · " if claim.over else "") + "; ".join(pm_parts)
-                       if has_pm else "")
+                       if has_pm else "",
+                       noise_measured="; ".join(c["noise"] for c in cells if c["noise"]))
     premise = claim.premise_claim()
     if premise is not None:
         p = check(premise, metrics, seed_metrics)
         # only a premise measured false excuses a failure: a missing metric or a NaN leaves it unknown
-        cells = p.cells or [{"holds": p.holds, "error": p.error}]
-        met = True if p.holds else (False if any(not c["holds"] and not c["error"] for c in cells) else None)
+        pcells = p.cells or [{"holds": p.holds, "error": p.error}]
+        met = True if p.holds else (False if any(not c["holds"] and not c["error"] for c in pcells) else None)
         out.premise, out.premise_holds, out.premise_measured, out.premise_error = claim.premise, met, p.measured, p.error
     return out

@@ -1,6 +1,7 @@
 """evaluate: the ``reach:`` metrics (time to another variant's figure, per seed), the claims over the variants' aggregates (paired per seed where a claim asks), each with
 its premise where it names one, and the comparison table with standard errors and ratios to the
-named baseline (per sub-study when ``report.baseline`` maps baselines to their variants)."""
+named baseline (per sub-study when ``report.baseline`` maps baselines to their variants). A claim is
+judged when every variant its ``holds`` reads ran; its ``measured`` terms on variants not run show n/a."""
 from __future__ import annotations
 
 import math
@@ -61,8 +62,8 @@ def judge(spec: ExperimentSpec, outcomes: dict[str, VariantOutcome]) -> list[Cla
     claims = []
     for c in spec.claims:
         named: set[str] = set()
-        for _, holds, measured in c.expressions():
-            named |= referenced_variants(holds) | (referenced_variants(measured) if measured else set())
+        for _, holds, _ in c.expressions():   # only ``holds`` decides: absent measured terms show n/a
+            named |= referenced_variants(holds)
         absent = sorted(named - set(outcomes))
         if absent:  # excluded by only=... or dropped by debug: not judged
             claims.append(ClaimOutcome(c.name, c.paper, "n/a", False, c.gate, f"not run: {', '.join(absent)}", skipped=True,
@@ -70,8 +71,8 @@ def judge(spec: ExperimentSpec, outcomes: dict[str, VariantOutcome]) -> list[Cla
         else:
             out = check(c, metrics, seed_metrics)
             premise = c.premise_claim()
-            p_absent = sorted(set().union(*(referenced_variants(e) for _, h, m in premise.expressions()
-                                            for e in (h, m) if e)) - set(outcomes)) if premise else []
+            p_absent = sorted(set().union(*(referenced_variants(h) for _, h, _ in premise.expressions()))
+                              - set(outcomes)) if premise else []
             if p_absent:  # its premise's variants were not run: the premise is unknown, never "not met"
                 out.premise_holds, out.premise_error = None, f"not run: {', '.join(p_absent)}"
             claims.append(out)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from components.algorithms.hybrid_einsum import COO, MemoryCapExceeded, contract, einsum, plan
 from components.algorithms.hybrid_einsum.costmodel import CostModel, estimate_pair, nnz_bound, pair_shape, spread
 from components.algorithms.hybrid_einsum.engine import dense_costs, forecast, schedule
-from components.algorithms.hybrid_einsum.technique import time_method
+from components.algorithms.hybrid_einsum.technique import method_call, seconds_of, status_of
 from components.core.errors import ConfigError
 from components.data import einsum_instances as gen
 
@@ -95,14 +95,20 @@ def test_oneway_switch_happens_exactly_when_the_rule_says():
 
 
 def test_memory_cap_reported_as_exceeded_not_a_crash():
+    from components.core.timing import interleave
+
+    # Prepare
     inst = gen.chain_eq(20)
     p = plan(inst.expr, [t.shape for t in inst.tensors])
-    t, res, status, _ = time_method("dense", p, inst.tensors, 1e-2, 2 ** 20)
-    assert status == "exceeded" and math.isinf(t) and res is None
-    t, res, status, _ = time_method("numpy_oe", p, inst.tensors, 1e-2, 2 ** 20)
-    assert status == "exceeded"
-    t, res, status, _ = time_method("coo", p, inst.tensors, 1e-2, 2 ** 20)
-    assert status == "ok" and res.nnz == 2 and res.shape == (2,) * 20
+    runs: dict = {}
+    # Execute
+    t = interleave({m: method_call(m, p, inst.tensors, 1e-2, 2 ** 20, None, runs) for m in ("dense", "numpy_oe", "coo")},
+                   ("dense", "coo"), min_rounds=1, max_rounds=1)
+    # Assert: dense and numpy past the cap are results (exceeded, infinitely slow), COO runs
+    assert status_of(t, "dense") == "exceeded" and math.isinf(seconds_of(t, "dense")) and "dense" not in t.results
+    assert status_of(t, "numpy_oe") == "exceeded" and t.baseline == "coo"
+    res = t.results["coo"]
+    assert status_of(t, "coo") == "ok" and res.nnz == 2 and res.shape == (2,) * 20 and "coo" in runs
 
 
 @pytest.mark.parametrize("inst", [gen.random_3cnf(14, 4.3, 0), gen.random_3cnf(16, 3.0, 1), gen.parity_ring(12),
@@ -254,29 +260,58 @@ def test_dense_chain_is_left_alone():
 
 def test_timing_order_is_a_fresh_seeded_shuffle_per_repetition(monkeypatch):
     """A rotation made each method always follow the same neighbour (6-25% on sub-ms instances):
-    the order is reshuffled every repetition, the same for the same seed and instance."""
+    the order is reshuffled every round, the same for the same seed and instance."""
     from components.algorithms.hybrid_einsum import technique as tech
 
-    # Prepare: record the call order, every call instant and "ok"
+    # Prepare: record the call order; every call instant
     calls = []
 
     def fake(m, *a, **k):
-        calls.append(m)
-        return 1e-4, None, "ok", None
+        return lambda: calls.append(m)
 
-    monkeypatch.setattr(tech, "time_method", fake)
+    monkeypatch.setattr(tech, "method_call", fake)
     monkeypatch.setattr(tech, "_matches", lambda *a: True)
     inst = gen.suite("debug", 0)[0]
-    p = tech.SuiteParams(methods=["dense", "coo", "hybrid", "hybrid_oneway"], max_reps=12, warmup=False)
+    p = tech.SuiteParams(methods=["dense", "coo", "hybrid", "hybrid_oneway"], max_reps=12, min_reps=12, warmup=False)
 
     def orders(seed):
         calls.clear()
         tech._run_instance(inst, p, 0.1, 2 ** 30, None, seed=seed)
-        return [tuple(calls[i:i + 4]) for i in range(0, 48, 4)]
+        return [tuple(calls[1 + i:1 + i + 5]) for i in range(0, 60, 5)]   # calls[0]: the baseline's probe
 
     # Execute
     a, b, c = orders(0), orders(0), orders(1)
-    # Assert: every rep runs each method once; more than one predecessor per method; seeded
-    assert all(sorted(o) == sorted(p.methods) for o in a)
+    # Assert: every round runs each method once, and dense (the baseline) a second time for the noise
+    # floor; more than one predecessor per method; seeded
+    assert len(calls) == 61 and calls[0] == "dense" and all(sorted(o) == sorted([*p.methods, "dense"]) for o in a)
     assert all(len({o[o.index(m) - 1] for o in a if o.index(m) > 0}) >= 2 for m in p.methods)
     assert a == b and a != c
+
+
+def test_suite_noise_floors_in_the_units_of_each_figure():
+    from components.algorithms.hybrid_einsum.technique import _geomean_noise, _within_noise
+
+    # Prepare: three instances' hybrid / best static, the middle one's floor 10%
+    ratios, floors = [1.0, 1.2, 1.3], [0.0, math.log(1.1), 0.0]
+    # Execute / Assert: 1.2 x 1.1 crosses 1.25, so the share within 1.25 moves by one instance of three
+    assert _within_noise(ratios, floors, 1.25) == pytest.approx(1 / 3)
+    g = (1.0 * 1.2 * 1.3) ** (1 / 3)
+    assert _geomean_noise(ratios, floors) == pytest.approx(g * (1.1 ** (1 / 3) - 1))
+    assert _within_noise([1.0, math.inf], [0.1, math.nan], 1.25) == 0.0   # inf never counts; a NaN floor is none
+
+
+def test_gap_speedups_carry_their_noise_floor_and_an_exceeded_dense_needs_none():
+    from components.algorithms.hybrid_einsum.technique import GapParams, run_einsum_gap
+    from components.core.context import RunContext
+    from components.core.params import parse_params
+
+    # Prepare: equality chains; dense past a 1 MiB cap from n = 20 on
+    p = parse_params(GapParams, {"family": "chain_eq", "n_values": [6, 10, 20, 24], "memory_cap_mib": 1, "reps": 2})
+    # Execute
+    r = run_einsum_gap(p, RunContext(seed=0, inputs={"calibration": {"tau": 1e-3}}))
+    # Assert: infinitely slower is decided without timing; every size ran its rounds, COO the baseline
+    m = r.metrics
+    assert m["coo_speedup_n24"] == math.inf and m["coo_speedup_n24_noise"] == 0.0
+    assert m["coo_s_at_largest_n_noise"] >= 0 and m["all_correct"] == 1
+    assert [row["rounds"] for row in r.tables["gap"]] == [2, 2, 2, 2]
+    assert [row["dense_status"] for row in r.tables["gap"]] == ["ok", "ok", "exceeded", "exceeded"]

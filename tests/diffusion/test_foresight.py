@@ -138,6 +138,8 @@ def test_quality_metrics_on_known_cases():
     (lambda: ForesightParams(mode="sideways"), "mode"),
     (lambda: BaselineParams(policy="deepcache"), "policy"),
     (lambda: BaselineParams(target_skip=1.5), "target_skip"),
+    (lambda: ForesightParams(timing_rounds=2), "timing_rounds"),       # fewer than the 3 a floor needs
+    (lambda: BaselineParams(timing_precision=0.0), "timing_precision"),
 ])
 def test_bad_params_name_the_key(params, key):
     with pytest.raises(ConfigError) as e:
@@ -179,3 +181,33 @@ def test_calibration_finds_the_lambda_of_a_target_skip_fraction(model):
     lam, skip = calibrate(model, "foresight", p, {"size": 8, "steps": STEPS, "cfg_scale": 2.0}, seed=0)
     # Assert
     assert abs(skip - 0.3) <= 0.07 and 0 < lam < 1e4
+
+
+def test_speedup_is_timed_by_the_one_mechanism_and_its_timed_samples_are_the_evaluated_ones(model, monkeypatch):
+    from components.diffusion.foresight import technique as tech
+    from components.core.context import RunContext
+
+    # Prepare: a reference of 4 samples, the model and a classifier passed through as prepared inputs
+    noise, y = draw(3, 4, model)
+    ref = {"noise": noise, "y": y, "x": sample(model, noise, y, STEPS, 2.0, BlockRunner()), "steps": STEPS,
+           "cfg_scale": 2.0, "size": 8}
+
+    class Oracle(torch.nn.Module):
+        def forward(self, z):
+            return torch.nn.functional.one_hot(torch.zeros(len(z), dtype=torch.long), 10).float()
+    monkeypatch.setattr(tech, "load_dit", lambda m: m)
+    monkeypatch.setattr(tech, "load_classifier", lambda c: c)
+    ctx = RunContext(seed=0, variant="static2", inputs={"model": model, "reference": ref, "classifier": Oracle()})
+    timed_p = BaselineParams(policy="static", batch=2, timing_batches=1, timing_rounds=3, grid=False)
+    untimed_p = BaselineParams(policy="static", batch=2, timing_batches=0, grid=False)
+    # Execute
+    m, _, files = tech.evaluate_policy("static", timed_p, ctx)
+    plain, _, _ = tech.evaluate_policy("static", untimed_p, ctx)
+    # Assert: the same samples either way; the speedup with its floor, rounds and clock (never its value)
+    for k in ("skip_fraction", "psnr_db", "ssim"):
+        assert m[k] == plain[k], k
+    assert "speedup_wall" not in plain and m["speedup_wall_rounds"] == 3 and m["speedup_wall_thread_clock"] == 1.0
+    assert m["speedup_wall_noise"] >= 0 and m["speedup_wall_lo"] <= m["speedup_wall"] <= m["speedup_wall_hi"]
+    import json
+    info = json.loads(files["timing/speedup_wall.json"])
+    assert info["clock"] == "thread" and info["rounds"] == 3 and len(info["samples_s"]["~self"]) == 3

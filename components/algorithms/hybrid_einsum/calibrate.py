@@ -17,7 +17,6 @@ at least as fast as dense (densities are tried sparse to dense, stopping once CO
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +25,7 @@ import torch
 from components.algorithms.hybrid_einsum.coo import COO, pair
 from components.algorithms.hybrid_einsum.costmodel import N_BUCKETS, CostModel, coo_features, dense_features, size_bucket
 from components.algorithms.hybrid_einsum.engine import _dense_pair
+from components.core.timing import clock_of
 from components.core.errors import require
 from components.core.registry import prepare_step
 
@@ -35,13 +35,13 @@ TAU_GRID = (1e-1, 1e-2, 1e-3, 1e-4)
 def _median_time(fn, reps: int, min_s: float = 0.0, stat=np.median) -> float:
     """Median (or ``stat``) CPU seconds of ``fn`` (thread CPU time, as the suite measures); each sample
     repeats ``fn`` until it has run ``min_s``, so micro-second steps are measured above the clock's noise."""
-    ts = []
+    ts, now = [], clock_of("thread")
     for _ in range(reps):
-        n, t0 = 0, time.thread_time()
+        n, t0 = 0, now()
         while True:
             fn()
             n += 1
-            el = time.thread_time() - t0
+            el = now() - t0
             if el >= min_s:
                 break
         ts.append(el / n)

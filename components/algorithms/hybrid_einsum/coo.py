@@ -24,6 +24,9 @@ class MemoryCapExceeded(MemoryError):
         super().__init__(f"{representation} intermediate at step {step} needs {nbytes / 2**20:.1f} MiB "
                          f"> cap {cap / 2**20:.1f} MiB")
 
+    def __reduce__(self):  # rebuilt from its fields: it crosses Ray task boundaries
+        return type(self), (self.representation, self.step, self.nbytes, self.cap), self.__dict__ or None
+
 
 @dataclass
 class COO:

@@ -31,7 +31,6 @@ differs from its estimate by more than 2x re-forecasts the switch point.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,6 +42,9 @@ from components.algorithms.hybrid_einsum.costmodel import CostModel, PairShape, 
     spread
 from components.algorithms.hybrid_einsum.expression import Plan, check_operands, plan
 from components.core.errors import require
+from components.core.timing import clock_of
+
+_THREAD, _WALL = clock_of("thread"), clock_of("wall")   # the timing mechanism's clocks
 
 REPRESENTATIONS = ("hybrid", "dense", "coo", "hybrid_oneway")
 DEFAULT_TAU = 1e-2
@@ -298,7 +300,7 @@ def contract(p: Plan, arrays: list[np.ndarray], representation: str = "hybrid", 
     measure_density = (measure_density and representation == "dense") or oneway
     ex = p.expr
     sizes = ex.sizes
-    t0 = time.perf_counter()
+    t0 = _WALL()
     sc = schedule(p)
     S = len(p.path)
     terms = list(ex.terms)
@@ -337,7 +339,7 @@ def contract(p: Plan, arrays: list[np.ndarray], representation: str = "hybrid", 
         bnd = [float(n) for n in nnz]
         est = list(bnd)
     for s, picked in enumerate(p.path):
-        ts = time.thread_time()
+        ts = _THREAD()
         keep = sc.keep[s]
         out_numel = sc.out_numel[s]
         if mode == "dense" and predictive and fc is not None and fc.k == s:
@@ -402,7 +404,7 @@ def contract(p: Plan, arrays: list[np.ndarray], representation: str = "hybrid", 
         est.append(float(new_nnz) if new_nnz >= 0 else min(guess, new_bnd))
         rem = sum(nnz) / max(sum(numel), 1.0) if oneway else math.nan
         run.trace.append(Step(s, mode, out_numel, new_nnz, new_nnz / out_numel if new_nnz >= 0 else math.nan, rem,
-                              nbytes, time.thread_time() - ts, bnd[-1]))
+                              nbytes, _THREAD() - ts, bnd[-1]))
         if predictive and fc is not None and run.trace[-1].representation == "dense" and out_numel > 2 ** 12:
             pred_big += dense_t[s]
             act_big += run.trace[-1].seconds
@@ -437,7 +439,7 @@ def contract(p: Plan, arrays: list[np.ndarray], representation: str = "hybrid", 
             run.result = final.todense()
         else:
             run.result = final.numpy()
-    run.seconds = time.perf_counter() - t0
+    run.seconds = _WALL() - t0
     return run
 
 

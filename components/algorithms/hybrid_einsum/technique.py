@@ -4,10 +4,13 @@ one-way rule's threshold tau from the prepared input ``calibration`` (prepare st
 
 - ``einsum_suite``: every generated instance (random families drawn from ``ctx.seed``) with dense,
   COO, the hybrid (cost-predicted switch) and the one-way hybrid (density threshold tau) on ONE
-  opt_einsum path, plus numpy.einsum (opt_einsum path), torch.einsum and pydata sparse; methods
-  interleaved per repetition in one thread (torch and BLAS single-threaded; the order rotates per
-  repetition), so their ratios share the machine's state: the methods are the measurement, not paired baselines. With ``heldout`` the
-  same is done on held-out instances (other sizes and generator seeds), reported as ``heldout_*``.
+  opt_einsum path, plus numpy.einsum (opt_einsum path), torch.einsum and pydata sparse; methods timed
+  by the one timing mechanism (components.core.timing): interleaved rounds in one thread, thread CPU
+  time (torch and BLAS single-threaded), a fresh seeded order per round, repeating until the ratios
+  are settled to ``rel_precision``; the faster static method runs a second arm per round, whose
+  spread against itself is the instance's noise floor. The suite's timed figures carry ``*_noise``
+  (their floor, in their units) for the claims' ``noise:``. With ``heldout`` the same is done on
+  held-out instances (other sizes and generator seeds), reported as ``heldout_*``.
 - ``einsum_gap``: the exponential-gap family GRID-EQ(n) (and equality chains) over n: dense peak
   intermediate vs COO time; dense runs stop at the memory cap and are reported as exceeded.
   Its instances are fixed: no seed enters it, only timing noise.
@@ -15,7 +18,6 @@ one-way rule's threshold tau from the prepared input ``calibration`` (prepare st
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Literal
@@ -31,6 +33,7 @@ from components.core.errors import require
 from components.core.plotting import fig_png
 from components.core.registry import technique
 from components.core.result import Result
+from components.core.timing import Timing, interleave, noise_abs
 from components.data import einsum_instances as gen
 
 OURS = ("dense", "coo", "hybrid", "hybrid_oneway")
@@ -85,30 +88,44 @@ def _matches(res, inst: gen.Instance, ref) -> bool:
     return bool(np.allclose(_as_dense(res), want, rtol=1e-9, atol=max(1e-300, 1e-12 * scale)))
 
 
-def time_method(method: str, p, arrays, tau: float, cap: float, cost_model: dict | None = None):
-    """One timed evaluation: (CPU seconds, result or None, status, run or None).
+def method_call(method: str, p, arrays, tau: float, cap: float, cost_model: dict | None, runs: dict):
+    """A callable for the timing mechanism: one evaluation of ``method``, returning its native
+    representation (dense: array; COO: COO; a hybrid: what its last step ran in); our methods' first
+    run (switch point, peak bytes, densities) lands in ``runs``.
 
-    CPU time of the calling thread (``time.thread_time``), not wall time: this machine is shared
-    (load averages of 13-30 on 2 cores were seen during runs), and with torch and BLAS on one thread
-    (``_single_thread``) every method computes in this thread, so the Ray worker's own background
-    threads are not charged to whichever method happens to be running. Every method returns its
-    native representation (dense: array; COO: COO; a hybrid: what its last step ran in)."""
-    t0 = time.thread_time()
-    try:
+    Timed on the calling thread's CPU clock, not wall time: this machine is shared (load averages of
+    13-30 on 2 cores were seen during runs), and with torch and BLAS on one thread (``_single_thread``)
+    every method computes in this thread, so the Ray worker's own background threads are not charged
+    to whichever method happens to be running."""
+    def call():
         if method in OURS:
             run = contract(p, arrays, method, tau=tau, memory_cap_bytes=cap, output="native",
                            measure_density=False, cost_model=cost_model)
-            return time.thread_time() - t0, run.result, "ok", run
-        out = run_library(method, p, arrays, cap)
-        return time.thread_time() - t0, out, "ok", None
-    except MemoryCapExceeded:
-        return math.inf, None, "exceeded", None
-    except Unsupported:
-        return math.nan, None, "skipped", None
-    except MemoryError:
-        return math.inf, None, "failed (MemoryError)", None
-    except Exception as e:  # a library's own failure is a result to report, not a crash of the run
-        return math.nan, None, f"failed ({type(e).__name__})", None
+            runs.setdefault(method, run)
+            return run.result
+        return run_library(method, p, arrays, cap)
+    return call
+
+
+def status_of(t: Timing, method: str) -> str:
+    """ok, exceeded (memory cap), skipped (unsupported), or failed (a library's own failure is a
+    result to report, not a crash of the run)."""
+    e = t.errors.get(method)
+    if e is None:
+        return "ok"
+    if isinstance(e, MemoryCapExceeded):
+        return "exceeded"
+    if isinstance(e, Unsupported):
+        return "skipped"
+    return f"failed ({type(e).__name__})"
+
+
+def seconds_of(t: Timing, method: str) -> float:
+    """Median CPU seconds; inf past the memory cap or out of memory, NaN when skipped or failed."""
+    st = status_of(t, method)
+    if st == "ok":
+        return t.median(method)
+    return math.inf if st in ("exceeded", "failed (MemoryError)") else math.nan
 
 
 # ------------------------------------------------------------------------------------------ suite
@@ -118,9 +135,11 @@ class SuiteParams:
     methods: list[str] = field(default_factory=lambda: list(OURS) + list(LIBRARIES))
     tau: float | None = None                  # one-way rule's threshold; None: the calibrated value
     memory_cap_mib: float = 1024.0            # cap on any single intermediate
-    max_reps: int = 5                          # median of up to this many runs (fewer for slow instances)
-    budget_s: float = 2.0                      # per (instance, method): stop repeating past this
-    warmup: bool = True                        # one untimed call per method first (skipped if it took > budget_s)
+    max_reps: int = 5                          # median of up to this many interleaved rounds
+    min_reps: int = 3                          # at least this many (up to max_reps), then stop once settled
+    rel_precision: float = 0.05                # settled: every ratio's 95% interval within +-5%
+    budget_s: float = 2.0                      # per (instance, method): the rounds stop past this on average
+    warmup: bool = True                        # one untimed call per method first (a call > budget_s is its one run)
     optimize: str = "greedy"
     heldout: bool = False                      # also the held-out instances (scale heldout / heldout_debug)
 
@@ -132,6 +151,8 @@ class SuiteParams:
         require(self.tau is None or 0 <= self.tau <= 1, "tau", self.tau, "null or a density in [0, 1]")
         require(self.memory_cap_mib > 0, "memory_cap_mib", self.memory_cap_mib, "a positive number of MiB")
         require(self.max_reps >= 1, "max_reps", self.max_reps, "a positive integer")
+        require(self.min_reps >= 1, "min_reps", self.min_reps, "a positive integer")
+        require(self.rel_precision > 0, "rel_precision", self.rel_precision, "a positive relative precision")
 
 
 def _ratio(a: float, b: float) -> float:
@@ -146,47 +167,55 @@ def _geomean(x) -> float:
     return float(np.exp(np.log(x).mean())) if len(x) else math.nan
 
 
+def _geomean_noise(ratios, floors) -> float:
+    """The floor of a geomean of per-instance ratios, in its units: ``G (e^mean(h) - 1)`` over the
+    instances the geomean counts (each ratio's floor ``h`` is its instance's, log scale)."""
+    r, h = np.asarray(ratios, float), np.asarray(floors, float)
+    keep = np.isfinite(r) & (r > 0)
+    return noise_abs(_geomean(r), float(h[keep].mean())) if keep.any() else math.nan
+
+
+def _moved(ratios, floors, hit) -> int:
+    """How many instances change side of ``hit`` (a test on a ratio) when every ratio moves by its
+    instance's floor, down or up: the larger of the two (a NaN floor counts as none)."""
+    r, h = np.asarray(ratios, float), np.nan_to_num(np.asarray(floors, float), nan=0.0)
+    n = int(hit(r).sum())
+    return max(abs(int(hit(r * np.exp(sign * h)).sum()) - n) for sign in (-1, 1))
+
+
+def _within_noise(ratios, floors, bound: float) -> float:
+    """The floor of "share of ratios <= bound", in shares (an infinite ratio stays out)."""
+    return _moved(ratios, floors, lambda r: r <= bound) / max(len(ratios), 1)
+
+
 def _run_instance(inst, p: SuiteParams, tau: float, cap: float, cm, seed: int = 0) -> dict:
-    """Every method on one instance, interleaved per repetition in a fresh seeded order (``seed`` and the
-    instance's name): one row of the suite table. A rotation made each method always follow the same
-    neighbour, whose cache and allocator state shifted sub-millisecond timings by 6-25%."""
+    """Every method on one instance, timed by interleaved rounds in a fresh seeded order per round
+    (``seed`` and the instance's name; components.core.timing): one row of the suite table. A rotation
+    made each method always follow the same neighbour, whose cache and allocator state shifted
+    sub-millisecond timings by 6-25%. The faster of dense and COO is the baseline whose second arm
+    gives the instance's noise floor (the denominator of every "over best static" ratio)."""
     pl = plan(inst.expr, [a.shape for a in inst.tensors], p.optimize)
-    times = {m: [] for m in p.methods}
-    results, status, runs = {}, {}, {}
-    done = set()
-    if p.warmup:                          # untimed first call per method (pydata sparse JIT-compiles)
-        for m in p.methods:
-            t, res, st, run = time_method(m, pl, inst.tensors, tau, cap, cm)
-            status[m] = st
-            if st == "ok" and t > p.budget_s:   # too slow to repeat: its one run is the measurement
-                times[m].append(t)
-                results[m], done = res, done | {m}
-                if run is not None:
-                    runs[m] = run
-    order = np.random.default_rng([seed, zlib.crc32(inst.name.encode())])
-    for rep in range(p.max_reps):
-        for m in order.permutation(p.methods).tolist():
-            if m in done or status.get(m, "ok") != "ok" or sum(times[m]) > p.budget_s:
-                continue
-            t, res, st, run = time_method(m, pl, inst.tensors, tau, cap, cm)
-            status[m] = st
-            if st == "ok":
-                times[m].append(t)
-                results.setdefault(m, res)
-                if run is not None:
-                    runs.setdefault(m, run)
+    runs: dict = {}
+    t = interleave({m: method_call(m, pl, inst.tensors, tau, cap, cm, runs) for m in p.methods}, ("dense", "coo"),
+                   clock="thread", seed=[seed, zlib.crc32(inst.name.encode())], warmup=int(p.warmup), pick="fastest",
+                   min_rounds=min(p.min_reps, p.max_reps), max_rounds=p.max_reps, rel_precision=p.rel_precision,
+                   budget_s=p.budget_s * len(p.methods), once_over_s=p.budget_s)
+    status = {m: status_of(t, m) for m in p.methods}
+    results = {m: t.results[m] for m in p.methods if status[m] == "ok" and m in t.results}
+    times = {m: t.samples(m) if status[m] == "ok" else [] for m in p.methods}
     ref = None
     for m in ("dense", "numpy_oe", "coo"):
         if m in results:
             ref = _as_dense(results[m])
             break
     row = {"instance": inst.name, "family": inst.family, "n_tensors": len(inst.tensors),
-           "largest_dense_intermediate": pl.largest_intermediate, "steps": len(pl.path)}
+           "largest_dense_intermediate": pl.largest_intermediate, "steps": len(pl.path),
+           "rounds": t.n_rounds, "stopped": t.stopped, "timing_baseline": t.baseline, "noise_log": t.noise}
     correct = True
     for m in p.methods:
-        t = float(np.median(times[m])) if times[m] else (math.inf if status.get(m) == "exceeded" else math.nan)
-        row[f"{m}_s"] = t
-        row[f"{m}_min_s"] = float(np.min(times[m])) if times[m] else t       # best of the reps (diagnostic)
+        sec = seconds_of(t, m)
+        row[f"{m}_s"] = sec
+        row[f"{m}_min_s"] = float(np.min(times[m])) if times[m] else sec     # best of the reps (diagnostic)
         row[f"{m}_reps"] = len(times[m])
         row[f"{m}_status"] = status.get(m, "not run")
         if m in runs:
@@ -227,14 +256,21 @@ def _summary(rows: list[dict], methods: list[str], prefix: str = "") -> dict:
     m = {"instances": float(len(rows)),
          "dense_loses_3x": float((d_over_c >= 3).sum()),
          "coo_loses_3x": float((d_over_c <= 1 / 3).sum()),
+         "dense_loses_3x_noise": float(_moved(d_over_c, [r["noise_log"] for r in rows], lambda r: r >= 3)),
+         "coo_loses_3x_noise": float(_moved(d_over_c, [r["noise_log"] for r in rows], lambda r: r <= 1 / 3)),
          "all_correct": float(all(r["correct"] for r in rows)),
          "dense_exceeded": float(sum(r["dense_status"] == "exceeded" for r in rows))}
     tiny_dense = [r for r in rows if r["family"] == "dense"]
+    floors = [r["noise_log"] for r in rows]
     for meth, pre in HYBRIDS.items():
         if meth not in methods:
             continue
         hr = np.array([r[f"{pre}_over_best_static"] for r in rows], float)
         m[f"{pre}_within_1_25"] = float((hr <= 1.25).mean())
+        m[f"{pre}_within_1_25_noise"] = _within_noise(hr, floors, 1.25)
+        m[f"{pre}_geomean_over_best_noise"] = _geomean_noise(hr, floors)
+        m[f"{pre}_overhead_tiny_dense_noise"] = _geomean_noise([r[f"{pre}_over_dense"] for r in tiny_dense],
+                                                               [r["noise_log"] for r in tiny_dense])
         # the same on each method's fastest rep (reported only: how much of a miss is timing noise)
         m[f"{pre}_within_1_25_min"] = float((np.array([r[f"{pre}_over_best_static_min"] for r in rows]) <= 1.25).mean())
         m[f"{pre}_geomean_over_best"] = _geomean(hr)
@@ -247,6 +283,9 @@ def _summary(rows: list[dict], methods: list[str], prefix: str = "") -> dict:
     lib_ratios = [r["hybrid_over_best_library"] for r in rows]
     if np.isfinite(_geomean(lib_ratios)):
         m["hybrid_geomean_over_best_library"] = _geomean(lib_ratios)
+        m["hybrid_geomean_over_best_library_noise"] = _geomean_noise(lib_ratios, floors)
+    m["rounds_mean"] = float(np.mean([r["rounds"] for r in rows]))    # how soon the ratios settled
+    m["noise_rel_median"] = float(np.expm1(np.median(floors)))
     return {prefix + k: v for k, v in m.items()}
 
 
@@ -341,22 +380,19 @@ def run_einsum_gap(p: GapParams, ctx) -> Result:
         pl = plan(inst.expr, [a.shape for a in inst.tensors])
         row = {"n": n, "largest_dense_intermediate": pl.largest_intermediate,
                "dense_peak_bytes_path": pl.largest_intermediate * 8}
+        runs: dict = {}
+        t = interleave({m: method_call(m, pl, inst.tensors, tau, cap, cm, runs) for m in OURS}, "coo",
+                       clock="thread", seed=[0, n], warmup=0, min_rounds=p.reps, max_rounds=p.reps,
+                       once_over_s=5.0)        # a call over 5 s is its one run
+        row.update(rounds=t.n_rounds, noise_log=t.noise)
         for m in OURS:
-            ts, st, run, res = [], "ok", None, None
-            for _ in range(p.reps):
-                t, res_, st, run_ = time_method(m, pl, inst.tensors, tau, cap, cm)
-                if st != "ok":
-                    break
-                ts.append(t)
-                run, res = run_ or run, res_ if res is None else res
-                if t > 5:
-                    break
-            row[f"{m}_s"] = float(np.median(ts)) if ts else math.inf
+            st = status_of(t, m)
+            row[f"{m}_s"] = seconds_of(t, m) if st in ("ok", "exceeded") else math.inf
             row[f"{m}_status"] = st
-            if run is not None:
-                row[f"{m}_peak_bytes"] = run.peak_bytes
-            if res is not None:
-                row[f"{m}_correct"] = _matches(res, inst, None)
+            if m in runs:
+                row[f"{m}_peak_bytes"] = runs[m].peak_bytes
+            if st == "ok" and m in t.results:
+                row[f"{m}_correct"] = _matches(t.results[m], inst, None)
         rows.append(row)
         ctx.progress(i + 1, len(p.n_values), n=n)
     ok_d = [r for r in rows if r["dense_status"] == "ok"]
@@ -373,10 +409,12 @@ def run_einsum_gap(p: GapParams, ctx) -> Result:
     for n in (20, 24, 26):                   # dense past the memory cap counts as infinitely slower
         if n in at and at[n]["coo_status"] == "ok" and at[n]["dense_status"] in ("ok", "exceeded"):
             m[f"coo_speedup_n{n}"] = at[n]["dense_s"] / at[n]["coo_s"]
+            m[f"coo_speedup_n{n}_noise"] = noise_abs(m[f"coo_speedup_n{n}"], at[n]["noise_log"])
             m[f"hybrid_speedup_n{n}"] = at[n]["dense_s"] / at[n]["hybrid_s"]
     last = max(ok_c, key=lambda r: r["n"]) if ok_c else None
     if last is not None:
         m["coo_s_at_largest_n"] = last["coo_s"]
+        m["coo_s_at_largest_n_noise"] = noise_abs(last["coo_s"], last["noise_log"])
     series = {"dense_s": ([r["n"] for r in ok_d], [r["dense_s"] for r in ok_d], "n"),
               "coo_s": ([r["n"] for r in ok_c], [r["coo_s"] for r in ok_c], "n"),
               "hybrid_s": ([r["n"] for r in rows if r["hybrid_status"] == "ok"],

@@ -9,15 +9,18 @@ call, scored against the full-compute samples of the same seed's noise (prepare 
   fitted on a full-compute calibration draw; ``target_skip`` tunes delta the same way), ``pab``.
 - ``foresight_lambda_sweep``: skip fraction and PSNR over a list of lambdas, with monotonicity.
 
-Wall speedup is timed in the task itself, the policy and full compute interleaved batch by batch
-on the first ``timing_batches`` batches in ABBA order (the machine is shared: timing both in one
-process, one thread, back to back, is what keeps the ratio meaningful; the full variant's own
-``speedup_wall``, full against full, shows the noise floor).
+Speedup is timed in the task itself by the one timing mechanism (components.core.timing): full
+compute and the policy on the first batch, interleaved in seeded random order round after round in
+this process, torch on one thread, so the clock is the thread's CPU time (the machine is shared; the
+metric keeps its name ``speedup_wall``, its clock is ``speedup_wall_thread_clock``). Full compute also
+runs as a second arm each round: ``speedup_wall_noise`` is the noise floor (full against itself) in
+the speedup's units, which the claim reads (``noise:``). Rounds stop once the ratio is settled to
+``timing_precision``. The policy's timed outputs of the first batch are its evaluated samples too.
 """
 from __future__ import annotations
 
+import json
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +30,7 @@ from components.core.errors import ConfigError, require
 from components.core.plotting import fig_png, figure
 from components.core.registry import technique
 from components.core.result import Result
+from components.core.timing import interleave, timed
 from components.diffusion import quality
 from components.diffusion.artifacts import gif_bytes, grid_png
 from components.diffusion.foresight.policies import PAB, Foresight, StaticN, TeaCache
@@ -40,7 +44,10 @@ POLICIES = ("full", "static", "teacache", "pab", "foresight")
 class CommonParams:
     batch: int = 16               # samples per sampling call (CFG doubles the rows)
     n_samples: int = 0            # 0: every sample of the reference
-    timing_batches: int = 2       # batches timed against full compute (interleaved)
+    timing_batches: int = 2       # 0: no timing; else the first batch timed, at least max(this, 3) rounds
+    timing_rounds: int = 4        # at most this many interleaved rounds (full, policy, full again)
+    timing_precision: float = 0.05   # stop once the speedup's 95% interval is within +-5%
+    timing_budget_s: float = 30.0    # and past this much wall time (each round costs ~2.5 batches)
     target_skip: float = -1.0     # > 0: tune the policy's knob to this skip fraction first
     calib_samples: int = 16
     calib_iters: int = 8
@@ -50,6 +57,10 @@ class CommonParams:
         require(self.batch >= 1, "batch", self.batch, "a positive batch size")
         require(self.n_samples >= 0, "n_samples", self.n_samples, "0 (all) or a positive number of samples")
         require(self.timing_batches >= 0, "timing_batches", self.timing_batches, "a non-negative number of batches")
+        require(self.timing_rounds >= max(self.timing_batches, 3) or not self.timing_batches, "timing_rounds",
+                self.timing_rounds, f"at least max(timing_batches, 3) = {max(self.timing_batches, 3)} rounds")
+        require(self.timing_precision > 0, "timing_precision", self.timing_precision, "a positive relative precision")
+        require(self.timing_budget_s > 0, "timing_budget_s", self.timing_budget_s, "a positive number of seconds")
         require(self.target_skip < 0 or 0 < self.target_skip < 1, "target_skip", self.target_skip,
                 "-1 (off) or a skip fraction in (0, 1)")
         require(self.calib_samples >= 1, "calib_samples", self.calib_samples, "a positive number of samples")
@@ -154,6 +165,28 @@ def calibrate(model, policy, p, ref, seed) -> tuple[float, float]:
     return best
 
 
+def time_policy(model, ref, noise, y, policy: str, p, knob, seed: int):
+    """Full compute against ``policy`` on the first batch (components.core.timing, thread CPU time:
+    torch runs on one thread); the Timing and the policy's (samples, runner) of that batch."""
+    sl = slice(0, p.batch)
+    first: dict = {}
+
+    def full():
+        return sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], BlockRunner())
+
+    def reuse():
+        runner = make_runner(policy, p, knob)
+        x = sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], runner)
+        first.setdefault("out", (x, runner))
+        return x
+
+    rounds = max(p.timing_batches, 3)
+    t = interleave({"full": full, "policy": reuse}, "full", clock="thread", seed=[seed, 7919], warmup=0,
+                   min_rounds=rounds, max_rounds=max(p.timing_rounds, rounds), rel_precision=p.timing_precision,
+                   budget_s=p.timing_budget_s)
+    return t, first["out"]
+
+
 def evaluate_policy(policy: str, p, ctx, knob: float | None = None, grid: bool | None = None) -> tuple[dict, dict, dict]:
     """Sample the reference's noise with ``policy``; (metrics, series, files)."""
     torch.set_num_threads(1)
@@ -161,35 +194,31 @@ def evaluate_policy(policy: str, p, ctx, knob: float | None = None, grid: bool |
     n = p.n_samples or len(ref["noise"])
     require(n <= len(ref["noise"]), "n_samples", n, f"at most the reference's {len(ref['noise'])} samples")
     noise, y, x_ref = ref["noise"][:n], ref["y"][:n], ref["x"][:n]
-    outs, run, tot, per_step, walls, fulls = [], 0, 0, [], [], []
+    outs, run, tot, per_step, walls = [], 0, 0, [], []
+    timing, timed_first = None, None
     if p.timing_batches:              # warm-up (allocator, positional-embedding cache) before any timing
         sample(model, noise[:p.batch], y[:p.batch], 2, ref["cfg_scale"], BlockRunner())
-    def time_full(sl):
-        t0 = time.perf_counter()
-        sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], BlockRunner())
-        fulls.append(time.perf_counter() - t0)
-
+        timing, timed_first = time_policy(model, ref, noise, y, policy, p, knob, ctx.seed)
     for b, s in enumerate(range(0, n, p.batch)):
         sl = slice(s, s + p.batch)
-        timed = b < p.timing_batches  # full compute on the same batch, back to back (timing only),
-        if timed and b % 2 == 0:      # before the policy on even batches, after it on odd ones (ABBA)
-            time_full(sl)
-        runner = make_runner(policy, p, knob)
-        t0 = time.perf_counter()
-        outs.append(sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], runner))
-        walls.append(time.perf_counter() - t0)
-        if timed and b % 2 == 1:
-            time_full(sl)
+        if b == 0 and timed_first is not None:   # the timed rounds sampled this batch already
+            x_b, runner = timed_first
+            walls.append(timing.median("policy"))
+        else:
+            runner = make_runner(policy, p, knob)
+            with timed("thread") as t_b:              # sample_ms: the same clock as the timed rounds
+                x_b = sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], runner)
+            walls.append(t_b.s)
+        outs.append(x_b)
         run, tot = run + runner.units_run, tot + runner.units_total
         per_step.append(runner.per_step)
         ctx.progress(s + p.batch, n)
     x = torch.cat(outs)
     q = quality.summary(x, x_ref, y, clf)
-    k = min(p.timing_batches, len(walls))
     m = {"skip_fraction": 1.0 - run / max(tot, 1), **q, "class_acc_drop": q["ref_class_acc"] - q["class_acc"],
          "sample_ms": 1000 * sum(walls) / n, "steps": ref["steps"], "size": ref["size"]}
-    if k:
-        m["speedup_wall"] = sum(fulls) / sum(walls[:k])
+    if timing is not None:
+        m.update(timing.metrics("speedup_wall", "policy", speedup=True))
     curve = np.mean(np.asarray(per_step), axis=0)
     series = {"compute_per_step": curve.tolist()}
     if isinstance(runner, Foresight):   # share of the schedule's reuse candidates actually skipped
@@ -203,6 +232,8 @@ def evaluate_policy(policy: str, p, ctx, knob: float | None = None, grid: bool |
         files[f"grids/full_vs_{ctx.variant}.png"] = grid_png(x_ref, x, y, policy)
         if x.dim() == 5:
             files[f"grids/full_vs_{ctx.variant}.gif"] = gif_bytes(x_ref, x, y)
+    if timing is not None:
+        files["timing/speedup_wall.json"] = json.dumps(timing.info(), indent=1, default=str)
     return m, series, files
 
 
