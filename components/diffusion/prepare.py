@@ -23,6 +23,7 @@ from components.core.errors import require
 from components.core.registry import prepare_step
 from components.data.diffusion_sets import digits_images, moving_shapes
 from components.models.dit import DiT, DiTConfig
+from components.models.knobs import Steps
 
 
 @dataclass
@@ -52,7 +53,10 @@ def prepare_data(p: DataParams, ctx) -> dict:
 
 
 @dataclass
-class DiTTrainParams:
+class DiTTrainParams(Steps):
+    """The DiT's size and its rectified-flow training: ``batch``, ``steps``, ``lr`` are the shared
+    :class:`Steps` knobs (this step's defaults below)."""
+
     patch: int = 2
     d: int = 64
     heads: int = 4
@@ -69,11 +73,9 @@ class DiTTrainParams:
         require(self.d >= 1, "d", self.d, "a positive width")
         require(self.heads >= 1 and self.d % self.heads == 0, "heads", self.heads, f"a positive divisor of d={self.d}")
         require(self.depth >= 1, "depth", self.depth, "a positive number of blocks")
-        require(self.steps >= 1, "steps", self.steps, "a positive number of optimizer steps")
-        require(self.batch >= 1, "batch", self.batch, "a positive batch size")
+        self.check_steps()
         require(0 <= self.ema < 1, "ema", self.ema, "a decay in [0, 1)")
         require(0 <= self.label_dropout < 1, "label_dropout", self.label_dropout, "a probability in [0, 1)")
-        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
 
 
 def rf_loss(model: DiT, x0: torch.Tensor, y: torch.Tensor, g: torch.Generator) -> torch.Tensor:

@@ -3,8 +3,9 @@ technique that trains or serves a language model (DUO, SpecReason, Gatekeeper, F
 
 Architecture variants plug in without forking the model: a block is built by the factory
 registered as kind ``block`` under ``GPTConfig.block`` (``@register("block", "fal")`` over
-``fn(cfg, layer) -> nn.Module`` whose forward is ``(x, cache)``), and each block receives its
-layer index, so a variant can change any subset of layers.
+``fn(cfg, layer) -> nn.Module`` whose forward is ``(x, cache=None, ctx=None)``), and each block
+receives its layer index, so a variant can change any subset of layers. ``ctx`` is the forward's
+:class:`BlockContext`: the only place blocks share per-forward state (FAL's first attention).
 
 Incremental decoding: ``model(idx, cache=cache)`` appends the new keys/values to ``cache``
 and positions continue from ``cache.length``; ``cache.crop(n)`` rolls back (speculative
@@ -13,7 +14,6 @@ decoding rejects drafted tokens that way).
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import asdict, dataclass
 
 import torch
@@ -56,6 +56,20 @@ SIZES = {
     "small": dict(n_layer=2, n_head=4, d_model=64, context=64),
     "base": dict(n_layer=4, n_head=4, d_model=128, context=128),
 }
+
+
+class BlockContext:
+    """Per-forward state shared by the blocks of one GPT forward: FAL's first-attention signal a1.
+
+    :meth:`GPT.forward` makes a fresh one per call and hands it to every block, so no block keeps a
+    forward's tensors: a block recomputed in backward (activation checkpointing) reads the context
+    of its own forward, not the latest one, and copies of a model carry no stale signal.
+    """
+
+    __slots__ = ("a1",)
+
+    def __init__(self):
+        self.a1: torch.Tensor | None = None
 
 
 class KVCache:
@@ -132,7 +146,7 @@ class PreLNBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
                                  nn.Linear(4 * cfg.d_model, cfg.d_model), nn.Dropout(cfg.dropout))
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, ctx: BlockContext | None = None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), self.layer, cache)
         return x + self.mlp(self.ln2(x))
 
@@ -141,27 +155,8 @@ class PreLNBlock(nn.Module):
 class ParallelBlock(PreLNBlock):
     """GPT-J/PaLM parallel block: x + attn(LN1 x) + MLP(LN2 x) (two LayerNorms, as FAL has)."""
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, ctx: BlockContext | None = None) -> torch.Tensor:
         return x + self.attn(self.ln1(x), self.layer, cache) + self.mlp(self.ln2(x))
-
-
-class FirstAttention:
-    """The first block's attention signal of the current forward pass, shared by one GPT's blocks.
-
-    Layer 0 writes it; later layers read it in their forward (autograd keeps what backward needs).
-    A plain object, not a module: it holds no parameters and stays out of ``state_dict``.
-    """
-
-    __slots__ = ("a1",)
-
-    def __init__(self):
-        self.a1: torch.Tensor | None = None
-
-    def __reduce__(self):   # pickle / deepcopy: a fresh, empty signal (a1 may be a non-leaf tensor)
-        return FirstAttention, ()
-
-
-_building = threading.local()   # the FirstAttention of the GPT whose blocks are being built
 
 
 @register("block", "fal")
@@ -169,28 +164,24 @@ class FALBlock(PreLNBlock):
     """First Attentions Last (arXiv 2510.14614): layer 0 is a pre-LN block whose attention output
     a1 is kept; every later layer is ``x + attn(LN1 x) + MLP(LN2(x + a1))``: its MLP reads a1
     instead of its own attention, so attention and MLP of a block are independent (one
-    tensor-parallel all-reduce per block). Same parameters as ``pre_ln``."""
-
-    def __init__(self, cfg: GPTConfig, layer: int):
-        super().__init__(cfg, layer)
-        if layer == 0:
-            _building.first = FirstAttention()
-        first = getattr(_building, "first", None)
-        if first is None:
-            raise ValueError(f"block {cfg.block!r} layer {layer} needs layer 0 of the same GPT built first")
-        self.first = first
+    tensor-parallel all-reduce per block). Same parameters as ``pre_ln``. Layer 0 writes a1 into
+    the forward's :class:`BlockContext`; later layers read it from there."""
 
     def first_signal(self, a1: torch.Tensor) -> torch.Tensor:
         return a1
 
-    def later(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        return x + a + self.mlp(self.ln2(x + self.first.a1))
+    def later(self, x: torch.Tensor, a: torch.Tensor, a1: torch.Tensor) -> torch.Tensor:
+        return x + a + self.mlp(self.ln2(x + a1))
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, ctx: BlockContext | None = None) -> torch.Tensor:
         a = self.attn(self.ln1(x), self.layer, cache)
         if self.layer > 0:
-            return self.later(x, a)
-        self.first.a1 = self.first_signal(a)
+            if ctx is None or ctx.a1 is None:
+                raise ValueError(f"FAL block layer {self.layer} needs the BlockContext into which its forward's "
+                                 "layer 0 wrote a1 (run it through GPT.forward)")
+            return self.later(x, a, ctx.a1)
+        if ctx is not None:
+            ctx.a1 = self.first_signal(a)
         x = x + a
         return x + self.mlp(self.ln2(x))
 
@@ -209,9 +200,9 @@ class FALPlusBlock(FALBlock):
     def first_signal(self, a1: torch.Tensor) -> torch.Tensor:
         return self.ln_first(a1)
 
-    def later(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    def later(self, x: torch.Tensor, a: torch.Tensor, a1: torch.Tensor) -> torch.Tensor:
         x = x + a
-        return x + self.mlp(self.ln2(x + self.first.a1))
+        return x + self.mlp(self.ln2(x + a1))
 
 
 class GPT(nn.Module):
@@ -254,8 +245,9 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {past + T} tokens exceeds the model's context of {self.cfg.context}")
         pos = torch.arange(past, past + T, device=idx.device)
         x = self.drop(self.tok(idx) + self.pos(pos))
+        ctx = BlockContext()              # this forward's shared state, never kept on a module
         for blk in self.blocks:
-            x = blk(x, cache)
+            x = blk(x, cache, ctx)
         logits = self.head(self.ln_f(x))
         if targets is None:
             return logits

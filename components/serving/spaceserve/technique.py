@@ -25,6 +25,7 @@ import numpy as np
 from components.core.errors import require
 from components.core.registry import technique
 from components.core.result import Result
+from components.models.knobs import require_positive_ints
 from components.serving.spaceserve.calibration import GPU
 from components.serving.spaceserve.sim import SimConfig, simulate
 from components.serving.spaceserve.workload import stream
@@ -77,8 +78,7 @@ class SpaceServeParams:
                 f"at least one image's patches (tokens_max = {self.tokens_max})")
         require(self.text_min >= 0 and self.text_max >= self.text_min, "text_max", self.text_max,
                 f"an integer >= text_min ({self.text_min}) >= 0")
-        require(self.chunk_tokens >= 1, "chunk_tokens", self.chunk_tokens, "a positive integer")
-        require(self.max_batch >= 1, "max_batch", self.max_batch, "a positive integer")
+        require_positive_ints(self, "chunk_tokens", "max_batch")
         require(self.out_mean >= 2, "out_mean", self.out_mean, "a mean output length >= 2 tokens")
         require(self.gpu in ("a100", "h100"), "gpu", self.gpu, "one of a100, h100")
         bad = sorted(set(self.gpu_overrides) - _GPU_KEYS)

@@ -261,7 +261,7 @@ class CPBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
                                  nn.Linear(4 * cfg.d_model, cfg.d_model), nn.Dropout(cfg.dropout))
 
-    def forward(self, x, cache=None):
+    def forward(self, x, cache=None, ctx=None):     # ctx: the GPT forward's BlockContext (unused)
         x = x + self.attn(self.ln1(x), self.layer, cache)
         return x + self.mlp(self.ln2(x))
 

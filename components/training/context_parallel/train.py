@@ -13,6 +13,7 @@ import torch
 
 from components.data.char_corpus import sample_batch
 from components.models.gpt import evaluate_loss
+from components.models.knobs import GPTTrainKnobs
 from components.core.errors import require
 from components.training.context_parallel.ring import RingSpec, build_model, layer_stats
 from components.training.ddp.optim import lr_at
@@ -21,19 +22,15 @@ EVAL_SEED = 54321  # the same validation windows for every variant and seed
 
 
 @dataclass
-class TrainSetup:
-    """The model, data and schedule of one run (the same for every variant of an experiment)."""
+class TrainSetup(GPTTrainKnobs):
+    """The model, data and schedule of one run (the same for every variant of an experiment): the
+    shared knobs with this technique's defaults, the router temperature and the torch threads."""
 
     n_layer: int = 3
-    n_head: int = 4
-    d_model: int = 64
     context: int = 256
     batch: int = 8
     steps: int = 250
-    lr: float = 3e-3
     warmup: int = 30
-    final_lr_frac: float = 0.1
-    weight_decay: float = 0.1
     tau_start: float = 1.0        # router temperature, linear to tau_end
     tau_end: float = 0.3
     eval_every: int = 25
@@ -49,13 +46,9 @@ class CPSetup(TrainSetup):
 
     def check(self):
         require(self.chunks >= 2, "chunks", self.chunks, "at least 2 ring ranks")
-        for k in ("n_layer", "n_head", "d_model", "batch", "steps", "eval_every", "eval_batches", "threads"):
-            require(isinstance(getattr(self, k), int) and getattr(self, k) >= 1, k, getattr(self, k), "a positive integer")
-        require(self.d_model % self.n_head == 0, "n_head", self.n_head, f"a divisor of d_model={self.d_model}")
         require(self.context >= 2 * self.chunks and self.context % self.chunks == 0, "context", self.context,
                 f"a multiple of chunks={self.chunks} (each rank holds context/chunks tokens)")
-        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
-        require(0 <= self.warmup < self.steps, "warmup", self.warmup, f"in [0, steps={self.steps})")
+        self.check_knobs("threads")
 
     def train_setup(self) -> TrainSetup:
         return TrainSetup(**{f.name: getattr(self, f.name) for f in fields(TrainSetup)})

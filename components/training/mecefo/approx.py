@@ -94,13 +94,14 @@ def _ffn(blk, h: torch.Tensor, Ps) -> torch.Tensor:
     return drop(LowRankLinear.apply(act(z), down.weight, down.bias, Ps[1]))
 
 
-def block_forward(blk, x: torch.Tensor, a: Approx, Ps) -> torch.Tensor:
+def block_forward(blk, x: torch.Tensor, a: Approx, Ps, ctx=None) -> torch.Tensor:
     """One block under MeCeFO rules ``a`` (``Ps``: the two FFN projections, or None).
 
     The rules are per sub-layer, so they carry over to every block of the shared GPT: pre-LN, the
     GPT-J parallel block, FAL and FAL+. The attention (and, in FAL/FAL+, the first-attention signal a1
-    it writes in layer 0) runs outside autograd when skipped; the FFN is recomputed and sketched on
-    whatever input its block gives it (``x + a1`` in a later FAL block)."""
+    it writes in layer 0 into the forward's ``ctx``, a :class:`~components.models.gpt.BlockContext`)
+    runs outside autograd when skipped; the FFN is recomputed and sketched on whatever input its block
+    gives it (``x + a1`` in a later FAL block)."""
     from components.models.gpt import FALBlock, FALPlusBlock, ParallelBlock
 
     grad = torch.no_grad() if a.skip_attn else nullcontext()
@@ -115,13 +116,13 @@ def block_forward(blk, x: torch.Tensor, a: Approx, Ps) -> torch.Tensor:
     if isinstance(blk, FALBlock):
         if blk.layer == 0:
             with grad:
-                blk.first.a1 = blk.first_signal(att)
+                ctx.a1 = blk.first_signal(att)
             h = x + att
             return h + ffn(h)
         if isinstance(blk, FALPlusBlock):
             h = x + att
-            return h + ffn(h + blk.first.a1)
-        return x + att + ffn(x + blk.first.a1)
+            return h + ffn(h + ctx.a1)
+        return x + att + ffn(x + ctx.a1)
     if isinstance(blk, ParallelBlock):
         return x + att + ffn(x)
     h = x + att                        # pre-LN; the residual path keeps its gradient either way
@@ -147,7 +148,7 @@ def approximated(model, a: Approx | None, gen: torch.Generator | None = None):
         Ps = None
         if a.lowrank:
             Ps = tuple(projection(lin.in_features, a.r(lin.in_features), gen) for lin in (up, down))
-        blk.forward = (lambda b, P: lambda x, cache=None: block_forward(b, x, a, P))(blk, Ps)
+        blk.forward = (lambda b, P: lambda x, cache=None, ctx=None: block_forward(b, x, a, P, ctx))(blk, Ps)
     try:
         yield model
     finally:

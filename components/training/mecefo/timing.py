@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from components.core.errors import require
 from components.core.registry import prepare_step
-from components.models.gpt import GPT, GPTConfig
+from components.models.gpt import GPT
+from components.models.knobs import GPTShape, require_positive_ints
 from components.training.mecefo.approx import Approx, SavedBytes, check_rank, microbatch_loss
 
 
@@ -37,21 +37,21 @@ def all_modes(rank: int) -> dict[str, Approx | None]:
 
 
 @dataclass
-class TimingParams:
+class TimingParams(GPTShape):
+    """The GPT's size (the shared :class:`GPTShape`, this step's defaults below) and the repetitions."""
+
     n_layer: int = 4
-    n_head: int = 4
     d_model: int = 128
     context: int = 128
     batch: int = 16
     rank: int = 0            # the FFN sketch rank (0: in/8); variants must use the same
     reps: int = 25
-    warmup: int = 2
+    warmup: int = 2          # untimed repetitions first
     threads: int = 1
 
     def check(self):
-        for k in ("n_layer", "n_head", "d_model", "context", "batch", "reps", "threads"):
-            require(getattr(self, k) >= 1, k, getattr(self, k), "a positive integer")
-        require(self.d_model % self.n_head == 0, "n_head", self.n_head, f"a divisor of d_model={self.d_model}")
+        self.check_shape()
+        require_positive_ints(self, "batch", "reps", "threads")
         check_rank(self.rank, self.d_model)
 
 
@@ -59,7 +59,7 @@ def measure(p: TimingParams, vocab: int, seed: int = 0) -> dict:
     """{mode: {"s": median seconds fwd+bwd, "saved_bytes": ...}} plus the model's size."""
     torch.set_num_threads(p.threads)
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=vocab, n_layer=p.n_layer, n_head=p.n_head, d_model=p.d_model, context=p.context))
+    model = GPT(p.gpt(vocab))
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, vocab, (p.batch, p.context), generator=g)
     y = torch.randint(0, vocab, (p.batch, p.context), generator=g)

@@ -17,7 +17,8 @@ import torch
 
 from components.core.errors import require
 from components.data.char_corpus import sample_batch
-from components.models.gpt import GPT, GPTConfig, evaluate_loss
+from components.models.gpt import GPT, evaluate_loss
+from components.models.knobs import GPTTrainKnobs
 from components.training.ddp.optim import lr_at
 from components.training.mecefo.approx import Approx, flat_grad, grad_of, microbatch_loss
 from components.training.mecefo.schedule import takeover
@@ -27,40 +28,19 @@ RECOVERIES = ("fault_free", "ndb", "mecefo", "ckpt_restart", "drop")
 
 
 @dataclass
-class TrainSetup:
-    """Model, data and schedule of one run (the same for every variant of an experiment)."""
+class TrainSetup(GPTTrainKnobs):
+    """Model, data and schedule of one run (the same for every variant of an experiment): the shared
+    knobs (their defaults are this technique's; ``batch`` is sequences per replica, one micro-batch),
+    the replicas and the evaluation batch size."""
 
     replicas: int = 4
-    n_layer: int = 2
-    n_head: int = 4
-    d_model: int = 64
-    context: int = 64
-    batch: int = 16               # sequences per replica (micro-batch)
-    steps: int = 1500
-    lr: float = 3e-3
-    warmup: int = 50
-    final_lr_frac: float = 0.1
-    weight_decay: float = 0.1
-    eval_every: int = 100
     eval_batch: int = 32
-    eval_batches: int = 4
     final_eval_batches: int = 40
     threads: int = 1
 
     def check_setup(self):
-        for k in ("replicas", "n_layer", "n_head", "d_model", "batch", "steps", "eval_every", "eval_batch",
-                  "eval_batches", "final_eval_batches", "threads"):
-            v = getattr(self, k)
-            require(isinstance(v, int) and v >= 1, k, v, "a positive integer")
+        self.check_knobs("replicas", "eval_batch", "final_eval_batches", "threads")
         require(self.replicas >= 2, "replicas", self.replicas, "at least 2 (a neighbour takes over)")
-        require(self.d_model % self.n_head == 0, "n_head", self.n_head, f"a divisor of d_model={self.d_model}")
-        require(self.context >= 2, "context", self.context, "at least 2 tokens")
-        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
-        require(0 <= self.warmup < self.steps, "warmup", self.warmup, f"in [0, steps={self.steps})")
-
-    def gpt(self, vocab: int) -> GPTConfig:
-        return GPTConfig(vocab_size=vocab, n_layer=self.n_layer, n_head=self.n_head, d_model=self.d_model,
-                         context=self.context)
 
 
 def build(setup: TrainSetup, vocab: int, seed: int):

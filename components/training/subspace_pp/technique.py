@@ -31,7 +31,7 @@ from components.core.netsim import Link
 from components.core.registry import technique
 from components.core.result import Result
 from components.data.char_corpus import sample_batch
-from components.models.gpt import GPTConfig
+from components.models.knobs import GPTTrainKnobs
 from components.training.ddp.optim import lr_at
 from components.training.subspace_pp.codecs import BoundaryCodec
 from components.training.subspace_pp.model import build_stages, reference_loss
@@ -46,25 +46,20 @@ class StageDied(RuntimeError):
 
 
 @dataclass
-class SubspacePPParams:
+class SubspacePPParams(GPTTrainKnobs):
+    """The codec on the stage boundaries and the pipeline; sizes, schedule and eval windows are the
+    shared knobs (:class:`GPTTrainKnobs`), with this technique's defaults below."""
+
     codec: Literal["fp32", "bf16", "int8", "topk", "naive", "ssn"] = "fp32"
     k: int = 4                      # subspace dimension (naive, ssn)
     topk_keep: int = 4              # coordinates kept per token (topk)
     wire_dtype: Literal["fp32", "bf16"] = "fp32"   # value bytes of topk / naive / ssn
     n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 64
-    context: int = 64
     stages: int = 4
     micro_batches: int = 4
     batch: int = 32                 # sequences per step (all micro-batches)
     steps: int = 600
-    lr: float = 3e-3
-    warmup: int = 50
-    final_lr_frac: float = 0.1
-    weight_decay: float = 0.1
     eval_every: int = 50
-    eval_batches: int = 4
     final_eval_batches: int = 16
     links: dict = field(default_factory=lambda: {"link80": {"bandwidth": "80Mbps", "latency": "10ms"},
                                                  "link300": {"bandwidth": "300Mbps", "latency": "5ms"}})
@@ -77,23 +72,14 @@ class SubspacePPParams:
     actor_check_steps: int = 8      # in_process: these first steps also run on the stage actors
 
     def check(self):
-        require(self.n_layer >= 1, "n_layer", self.n_layer, "a positive integer")
+        self.check_knobs("final_eval_batches")
         require(self.stages >= 2 and self.n_layer % self.stages == 0, "stages", self.stages,
                 f"at least 2 and dividing n_layer={self.n_layer}")
-        require(self.d_model >= 2 and self.n_head >= 1 and self.d_model % self.n_head == 0, "n_head", self.n_head,
-                f"a positive divisor of d_model={self.d_model}")
         require(1 <= self.k < self.d_model, "k", self.k, f"an integer in [1, {self.d_model - 1}] (below the width d_model)")
         require(1 <= self.topk_keep < self.d_model, "topk_keep", self.topk_keep,
                 f"an integer in [1, {self.d_model - 1}] (below the width d_model)")
-        require(self.context >= 2, "context", self.context, "at least 2 tokens")
         require(self.micro_batches >= 1 and self.batch % self.micro_batches == 0, "micro_batches",
                 self.micro_batches, f"a positive divisor of batch={self.batch}")
-        for key in ("steps", "eval_every", "eval_batches", "final_eval_batches"):
-            require(getattr(self, key) >= 1, key, getattr(self, key), "a positive integer")
-        require(0 <= self.warmup < self.steps, "warmup", self.warmup, f"in [0, steps={self.steps})")
-        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
-        require(0 <= self.final_lr_frac <= 1, "final_lr_frac", self.final_lr_frac, "a fraction in [0, 1]")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a non-negative number")
         require(isinstance(self.links, dict) and len(self.links) >= 1, "links", self.links,
                 "a mapping name -> {bandwidth, latency}")
         for name, cfg in self.links.items():
@@ -234,8 +220,7 @@ def reference_errors(ref_stages, x, y, pipe_loss: float, pipe_grads: list[dict])
 def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
     t_start = time.perf_counter()
     corpus = ctx.input("corpus")
-    cfg = GPTConfig(vocab_size=corpus.vocab_size, n_layer=p.n_layer, n_head=p.n_head, d_model=p.d_model,
-                    context=p.context, tie_embeddings=False)
+    cfg = p.gpt(corpus.vocab_size, tie_embeddings=False)
     stages, const = build_stages(cfg, p.stages, ctx.seed, p.k, ssn=p.codec == "ssn", basis_seed=p.basis_seed)
     ref_stages = copy.deepcopy(stages) if p.reference_check else None
     codec = [BoundaryCodec(p.codec, p.d_model, const["basis"], const["table"], p.topk_keep, p.wire_dtype,

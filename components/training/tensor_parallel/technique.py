@@ -17,6 +17,7 @@ from components.core.registry import technique
 from components.core.result import Result
 from components.data.char_corpus import sample_batch
 from components.models.gpt import GPTConfig
+from components.models.knobs import GPTTrainKnobs
 from components.training.tensor_parallel import simtime
 from components.training.tensor_parallel.check import tp_exactness
 from components.training.tensor_parallel.model import check_tp
@@ -28,22 +29,15 @@ DEFAULT_LINKS = {"comm_bound": {"bandwidth": "1Gbps", "latency": "50us"},    # t
 
 
 @dataclass
-class TPParams:
-    """Model (``block`` on the one GPT), TP degree, schedule, links, and the actor check."""
+class TPParams(GPTTrainKnobs):
+    """Model (``block`` on the one GPT), TP degree, links, and the actor check; sizes, schedule and
+    eval windows are the shared knobs (:class:`GPTTrainKnobs`), with this technique's defaults below."""
+
+    EVAL_EVERY_MIN = 0            # eval_every: 0 = final evaluation only
 
     block: str = "pre_ln"
     tp: int = 2
     n_layer: int = 6
-    n_head: int = 4
-    d_model: int = 64
-    context: int = 64
-    batch: int = 16
-    steps: int = 1500
-    lr: float = 3e-3
-    warmup: int = 50
-    final_lr_frac: float = 0.1
-    weight_decay: float = 0.1
-    eval_every: int = 100
     eval_batches: int = 8
     final_eval_batches: int = 40
     threads: int = 1
@@ -55,21 +49,13 @@ class TPParams:
     timeout_s: float = 120.0
 
     def gpt(self, vocab_size: int = 2) -> GPTConfig:
-        return GPTConfig(vocab_size=vocab_size, n_layer=self.n_layer, n_head=self.n_head, d_model=self.d_model,
-                         context=self.context, block=self.block)
+        return super().gpt(vocab_size, block=self.block)
 
     def check(self):
-        for k in ("n_layer", "n_head", "d_model", "batch", "steps", "eval_batches", "final_eval_batches",
-                  "threads", "timing_repeats", "check_batch"):
-            require(isinstance(getattr(self, k), int) and getattr(self, k) >= 1, k, getattr(self, k), "a positive integer")
-        require(isinstance(self.eval_every, int) and self.eval_every >= 0, "eval_every", self.eval_every,
-                "0 (final only) or a positive interval")
+        self.check_knobs("final_eval_batches", "threads", "timing_repeats", "check_batch")
         cfg = self.gpt().check()                 # unknown block: one ConfigError naming the registered ones
         require(isinstance(self.tp, int) and self.tp >= 2, "tp", self.tp, "a TP degree of at least 2")
         check_tp(self.tp, cfg)
-        require(self.lr > 0, "lr", self.lr, "a positive learning rate")
-        require(0 <= self.warmup < self.steps, "warmup", self.warmup, f"in [0, steps={self.steps})")
-        require(0 <= self.final_lr_frac <= 1, "final_lr_frac", self.final_lr_frac, "a fraction in [0, 1]")
         require(isinstance(self.links, dict) and set(self.links) == set(DEFAULT_LINKS), "links", self.links,
                 "a mapping with exactly the links comm_bound and dc, each {bandwidth, latency}")
         for name, c in self.links.items():
