@@ -64,9 +64,11 @@ def run_isolated(name: str, *overrides: str):
     with tempfile.TemporaryDirectory() as d:
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{d}/mlflow.db"
         t0 = time.perf_counter()
-        out, peak = run_experiment(name, "cluster.include_dashboard=false", *overrides, runs_dir=d)
-        wall = time.perf_counter() - t0
-        ray.shutdown()
+        try:
+            out, peak = run_experiment(name, "cluster.include_dashboard=false", *overrides, runs_dir=d)
+            wall = time.perf_counter() - t0
+        finally:  # also on SIGTERM / Ctrl-C (KeyboardInterrupt from dag.run): the session ends here, in
+            ray.shutdown()  # order, before its temp store goes, not in the interpreter's exit
     return out, peak, wall
 
 

@@ -4,15 +4,18 @@
     dtlab run experiment=error_feedback debug=true the tiny flavour
     dtlab run experiment=error_feedback experiment.seeds=[10,11,12]   the claims on other seeds
     dtlab run -m experiment=error_feedback experiment.seeds=[0],[1]   a Hydra multirun
+    dtlab run experiment=error_feedback debug=true --dry-run   what would run (params with defaults); starts nothing
     dtlab list [KIND | EXPERIMENT]                 experiments and every registered kind, with files;
                                                    one experiment's variants, claims, prepare steps, axes
     dtlab compare [EXPERIMENT ...]                 latest runs side by side (+ HTML report)
     dtlab ui                                       MLflow UI on 127.0.0.1
     dtlab up [cluster.KEY=VALUE ...]               a warm local Ray head (dashboard 127.0.0.1:8265) runs attach to
-    dtlab down                                     stop it
+    dtlab down [--force]                           stop it (names attached drivers, asks first)
     dtlab gc                                       end FAILED the runs whose driver is gone
     dtlab scoreboard                               every experiment's claims, paper beside measured
     dtlab robustness experiment=NAME               re-check its claims off the tuned configuration
+    dtlab reproduce [experiment=a,b] [--dry-run]   every experiment's full run, skipping what is current;
+                                                   RESULTS.md (--check: is it current?)
     dtlab serve specreason [--port N] [overrides]  a technique as a standing HTTP service (Ray Serve)
     dtlab completion bash|zsh                      shell completion: eval "$(dtlab completion bash)"
 
@@ -36,12 +39,57 @@ def cmd_run(args: list[str]) -> None:
         print(run_help())
         return
     hydra_flags, overrides = split_args(args)
+    dry = "--dry-run" in hydra_flags
+    hydra_flags = [f for f in hydra_flags if f != "--dry-run"]
+    if not _names_experiment(overrides) and not set(hydra_flags) & _INFO_FLAGS:
+        overrides = [f"experiment={which_experiment()}", *overrides]
     multirun = any(a in ("-m", "--multirun") for a in hydra_flags)
+    if dry:
+        from pipelines.preflight import dry_run
+
+        return dry_run(overrides, multirun)
+    if set(hydra_flags) & {"--cfg", "-c"} and "debug=true" in overrides:
+        print("dtlab: note: --cfg shows the config before the experiment's debug block is applied; "
+              "`dtlab run ... --dry-run` shows what will run", file=sys.stderr)
     set_verbose(preflight(overrides, multirun))
     from pipelines import hydra_app
 
     sys.argv = ["dtlab"] + hydra_flags + overrides
     hydra_app.main()
+
+
+_INFO_FLAGS = {"--cfg", "-c", "--info", "--hydra-help", "--resolve"}   # Hydra prints and exits: nothing runs
+
+
+def _names_experiment(overrides: list[str]) -> bool:
+    return any(o.lstrip("+~").partition("=")[0] == "experiment" for o in overrides)
+
+
+def which_experiment(ask=input, tty: bool | None = None) -> str:
+    """``dtlab run`` without ``experiment=``: on a terminal, ask which one (a name or its number
+    in the list); otherwise the usage and the experiment list, exit 2. A full run is never
+    started by default."""
+    from pipelines.config import experiment_names
+
+    names = experiment_names()
+    listing = "\n".join(f"  {i:2d}. {n}" for i, n in enumerate(names, 1))
+    tty = sys.stdin.isatty() and sys.stdout.isatty() if tty is None else tty
+    if not tty:
+        print(f"usage: dtlab run experiment=NAME [debug=true] [KEY=VALUE ...]  (dtlab run --help)\n"
+              f"experiments (dtlab list NAME shows one):\n{listing}", file=sys.stderr)
+        _die("run: experiment=NAME is required (no experiment runs by default)")
+    print(f"experiments:\n{listing}")
+    try:
+        answer = ask("which experiment (name or number; Enter quits)? ").strip()
+    except EOFError:
+        answer = ""
+    if answer.isdigit() and 1 <= int(answer) <= len(names):
+        answer = names[int(answer) - 1]
+    if answer not in names:
+        _die(f"experiment={answer!r}: " + ("no experiment chosen" if not answer else "unknown experiment")
+             + "; one of " + ", ".join(names))
+    print(f"dtlab run experiment={answer} ...")
+    return answer
 
 
 def set_verbose(cfg: dict) -> None:
@@ -53,6 +101,10 @@ def set_verbose(cfg: dict) -> None:
     if not isinstance(v, bool):
         _die(str(ConfigError("verbose", v, "true or false")))
     os.environ["DTLAB_VERBOSE"] = "1" if v else "0"
+    if not v:  # faiss's loader INFO lines (and other import chatter) in single runs as in multirun jobs
+        from hydra_plugins.dtlab_ray_launcher.launcher import quiet_loggers
+
+        quiet_loggers()
 
 
 def group_options() -> dict[str, list[str]]:
@@ -72,14 +124,17 @@ _ROOT_KEYS = {"debug": "true: the experiment's tiny debug flavour (tests, CI); c
 
 def run_help() -> str:
     """``dtlab run --help``: usage, config groups with their options, root keys, Hydra flags."""
-    lines = ["usage: dtlab run [-m] [GROUP=OPTION ...] [KEY=VALUE ...]", "",
+    lines = ["usage: dtlab run [-m] [--dry-run] experiment=NAME [GROUP=OPTION ...] [KEY=VALUE ...]", "",
              "Runs one experiment through the DAG (prepare -> execute -> evaluate -> report); -m: a Hydra multirun.", "",
              "config groups (conf/GROUP/OPTION.yaml; `dtlab list EXPERIMENT` shows one experiment):"]
     for g, opts in group_options().items():
         lines.append(f"  {g}=  " + " | ".join(opts) + ("  (or null)" if g == "hparams_search" else ""))
     lines += ["", "keys:"] + [f"  {k}=  {v}" for k, v in _ROOT_KEYS.items()]
     lines += ["  experiment.KEY=VALUE, cluster.KEY=VALUE, tracking.KEY=VALUE  any key below a group", "",
-              "hydra flags: -m/--multirun, --cfg job (print the composed config), --info, --hydra-help", "",
+              "--dry-run: validate and print what will run (variants, seeds, params with defaults, prepare steps,",
+              "  claims), then stop: no Ray, no MLflow run",
+              "hydra flags: -m/--multirun, --cfg job (the composed config, before the debug block), --info,",
+              "  --hydra-help", "",
               "examples:",
               "  dtlab run experiment=error_feedback debug=true",
               "  dtlab run experiment=gatekeeper experiment.seeds=[0,1,2] tracking=server",
@@ -90,8 +145,9 @@ def run_help() -> str:
 def cmd_list(args: list[str]) -> None:
     """Experiments, then every registered kind (techniques, prepare steps, strategies, blocks,
     policies, codecs, services) with the file that defines each; ``dtlab list KIND`` one kind,
-    ``dtlab list EXPERIMENT`` one experiment in full."""
-    from omegaconf import OmegaConf
+    ``dtlab list EXPERIMENT`` one experiment in full. Nothing under components/ is imported: the
+    registry lists every kind from its source index, and a module that cannot be read is one line."""
+    import yaml
     from rich.console import Console
     from rich.table import Table
 
@@ -100,7 +156,7 @@ def cmd_list(args: list[str]) -> None:
 
     wanted = args[0] if args else None
     if wanted is not None and wanted in experiment_names() and wanted not in KINDS:
-        return list_experiment(wanted, Console())
+        return list_experiment(wanted, Console(), args[1:])
     if wanted is not None and wanted not in KINDS and wanted != "experiment":
         _die(f"list KIND={wanted!r}: one of experiment, " + ", ".join(KINDS) + ", or an experiment: "
              + ", ".join(experiment_names()))
@@ -113,11 +169,15 @@ def cmd_list(args: list[str]) -> None:
         from pipelines.config import check_yaml
 
         for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
-            try:
-                check_yaml(path, "experiment", path.stem)
-            except ConfigError as e:
-                _die(str(e))
-            exp = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+            try:  # libyaml when present: the pure-Python parser is most of this command's time
+                exp = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            except yaml.YAMLError:
+                try:
+                    check_yaml(path, "experiment", path.stem)   # the one-line error with file:line:column
+                except ConfigError as e:
+                    _die(str(e))
+                raise
+            exp = exp if isinstance(exp, dict) else {}
             variants = exp.get("variants") or {}
             t.add_row(path.stem, str(exp.get("family", "")), str(exp.get("summary", "")), ", ".join(variants),
                       _rel(path, ROOT))
@@ -136,25 +196,35 @@ def cmd_list(args: list[str]) -> None:
             row = (name, e.meta.get("family", ""), e.summary, e.file) if kind == "technique" else (name, e.summary, e.file)
             t.add_row(*row)
         console.print(t)
+    from components.core.registry import broken
+
+    for b in broken():  # listed, not raised: only the experiments that use it fail
+        console.print(f"broken module {b}", style="red", markup=False, highlight=False, soft_wrap=True)
 
 
-def list_experiment(name: str, console) -> None:
-    """``dtlab list NAME``: the experiment's variants (technique, role, seeds), claims (holds,
-    gated or control), prepare steps and axes, as the run will see them."""
+def list_experiment(name: str, console, overrides: list[str] = ()) -> None:
+    """``dtlab list NAME [KEY=VALUE ...]``: the experiment's variants (technique, role, seeds),
+    claims (holds, gated or control), prepare steps and axes, as the run with those overrides
+    (``debug=true``, ``only=``, ``experiment.seeds=``, ...) will see them."""
     from rich.markup import escape
     from rich.table import Table
 
     from components.core.errors import ConfigError
     from pipelines import config
-    from pipelines.experiment import build_spec
+    from pipelines.preflight import checked_jobs
 
+    bad = [a for a in overrides if "=" not in a]
+    if bad:
+        _die(f"list {name}: {bad[0]!r} is not an override KEY=VALUE; usage: {HELP['list'].splitlines()[0]}")
     try:
-        spec = build_spec(config.compose([f"experiment={name}"])["experiment"])
+        _job, cfg, spec = next(checked_jobs([f"experiment={name}", *overrides], multirun=False))
     except ConfigError as e:
         _die(str(e))
-    console.print(f"[bold]{spec.name}[/] ({spec.family}): {escape(spec.summary)}\n"
+    console.print(f"[bold]{spec.name}[/] ({spec.family}){' · DEBUG flavour' if cfg.get('debug') else ''}: "
+                  f"{escape(spec.summary)}\n"
                   f"config {_rel(config.CONF_DIR / 'experiment' / (name + '.yaml'), config.ROOT)} · seeds {spec.seeds}"
-                  f" · run: dtlab run experiment={name} [debug=true]")
+                  + (f" · overrides {escape(' '.join(overrides))}" if overrides else "")
+                  + f" · run: dtlab run experiment={name} [debug=true] (--dry-run: every param with its default)")
     t = Table(title=f"{name}: variants")
     for c in ("variant", "technique", "role", "seeds", "inputs"):
         t.add_column(c, overflow="fold")
@@ -243,9 +313,10 @@ def cmd_ui(args: list[str]) -> None:
 
 def cmd_serve(args: list[str]) -> None:
     """Deploy a serving technique on Ray Serve (127.0.0.1) with its experiment's cached models."""
+    from components.core.errors import ConfigError
     from components.core.registry import entries
 
-    services = {k: e.obj for k, e in entries("service").items()}
+    services = entries("service")  # listed from the source: only the chosen service's module is imported
     if not args or args[0] in ("-h", "--help"):
         print("usage: dtlab serve NAME [--port N] [experiment overrides, e.g. debug=true]\nservices: "
               + "; ".join(f"{k}: {v.summary}" for k, v in services.items()))
@@ -262,13 +333,15 @@ def cmd_serve(args: list[str]) -> None:
         except (IndexError, ValueError, AssertionError):
             _die("--port: an integer in [1024, 65535]")
         rest = rest[:i] + rest[i + 2:]
-    svc = services[name]
+    try:
+        svc = services[name].obj
+    except ConfigError as e:  # its module does not import: one line
+        _die(str(e))
     cfg = preflight([f"experiment={svc.experiment}", *rest], multirun=False)
     set_verbose(cfg)
     from pathlib import Path
 
-    from components.core.raytools import init_ray
-    from components.serving.app import deploy, start_serve, stop_serve
+    from components.serving.app import serve_until_stopped
     from pipelines import dag
 
     spec = dag.validate(cfg)
@@ -277,26 +350,9 @@ def cmd_serve(args: list[str]) -> None:
           f"(cache {runs_dir / 'cache'})", flush=True)
     out, status = dag.prepare_local(spec, svc.prepare, runs_dir)
     print(f"prepare cache: {svc.prepare}={status}", flush=True)
-    init_ray(cfg["cluster"])
-    info = start_serve(port)
-    try:
-        deploy(svc.build(out), name=f"dtlab_{name}", route_prefix=svc.route_prefix)
-        url = info.url(svc.route_prefix + svc.endpoint)
-        import json
-
-        print(f"serving {name} at {url}\n  curl -s -X POST {url} -H 'content-type: application/json' "
-              f"-d '{json.dumps(svc.example)}'\nCtrl-C stops it.", flush=True)
-        import time
-
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop_serve()
-        import ray
-
-        ray.shutdown()
+    serve_until_stopped(lambda: svc.build(out), name, svc.route_prefix, svc.endpoint, svc.example,
+                        cfg["cluster"], port, flavour="debug" if cfg.get("debug") else None,
+                        out=lambda line: print(line, flush=True))
 
 
 def cmd_gc(args: list[str]) -> None:
@@ -304,22 +360,47 @@ def cmd_gc(args: list[str]) -> None:
     if any(a in ("-h", "--help") for a in args):
         print("usage: dtlab gc [tracking=...]\n  mark runs whose driver process is gone FAILED (\"driver gone\")")
         return
+    uri, _, _ = _tracking_uri(args)
+    if not _may_have_running_runs(uri):
+        print("no stale runs")
+        return
     from mlflow.tracking import MlflowClient
 
     from components.core.provenance import mark_stale
 
-    uri, _, _ = _tracking_uri(args)
     ended = mark_stale(MlflowClient(tracking_uri=uri))
     print(f"{len(ended)} run(s) left RUNNING by a driver that is gone: marked FAILED" if ended
           else "no stale runs")
 
 
+def _may_have_running_runs(uri: str) -> bool:
+    """False only when a SQLite store surely has no RUNNING run (absent, or none in its runs table):
+    then ``dtlab gc`` answers without importing MLflow, which is most of its start-up."""
+    import sqlite3
+    from contextlib import closing
+    from pathlib import Path
+
+    if not uri.startswith("sqlite:///") or "?" in uri:
+        return True
+    path = Path(uri[len("sqlite:///"):])
+    if not path.exists():
+        return False
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            return db.execute("SELECT 1 FROM runs WHERE status = 'RUNNING' LIMIT 1").fetchone() is not None
+    except sqlite3.Error:  # not an MLflow store yet, locked, or another schema: let MLflow look
+        return True
+
+
 HELP = {
-    "list": "usage: dtlab list [KIND | EXPERIMENT]\n"
+    "list": "usage: dtlab list [KIND | EXPERIMENT [KEY=VALUE ...]]\n"
             "  no argument: every experiment, then every registered kind with the file that defines it\n"
             "  KIND (experiment, technique, prepare, ...): that kind only\n"
-            "  EXPERIMENT: its variants (technique, role, seeds), claims (holds, gated), prepare steps, axes",
+            "  EXPERIMENT: its variants (technique, role, seeds), claims (holds, gated), prepare steps, axes;\n"
+            "  overrides (debug=true, only=[a,b], experiment.seeds=[1,2]) apply as in `dtlab run`",
     "compare": "usage: dtlab compare [EXPERIMENT ...] [runs_dir=DIR] [tracking=server]\n"
+               "       dtlab compare RUN_A RUN_B   two runs of one experiment side by side (run ids, 8+ digit\n"
+               "                                   prefixes, or EXPERIMENT@JOB: a job of its newest multirun)\n"
                "  the latest FINISHED parent run of each experiment (all when none named) side by side:\n"
                "  comparison tables, the scoreboard with each measured figure labelled, and one HTML report\n"
                "  under RUNS_DIR/reports/. Newer runs not ended are skipped and named; MLFLOW_TRACKING_URI wins.",
@@ -412,6 +493,7 @@ from pipelines.cluster import cmd_down, cmd_up  # noqa: E402 - `dtlab up` / `dtl
 COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve,
             "up": cmd_up, "down": cmd_down, "gc": cmd_gc,
             "scoreboard": _lazy("pipelines.scoreboard:cmd_scoreboard"),
+            "reproduce": _lazy("pipelines.reproduce:cmd_reproduce"),
             "robustness": _lazy("pipelines.robustness:cmd_robustness"),
             "completion": cmd_completion}
 
@@ -427,7 +509,25 @@ def main(argv: list[str] | None = None) -> None:
     if cmd in HELP and any(a in ("-h", "--help") for a in rest):
         print(HELP[cmd])
         return
-    COMMANDS[cmd](rest)
+    try:
+        COMMANDS[cmd](rest)
+    except KeyboardInterrupt as e:
+        interrupted(e)
+
+
+def interrupted(e: KeyboardInterrupt) -> None:
+    """Ctrl-C (or SIGTERM/SIGHUP, turned into an interrupt by the DAG): one line saying what
+    became of the runs, exit 128 + the signal's number (130 for Ctrl-C), no traceback."""
+    import signal
+
+    name = getattr(e, "dtlab_signal", None)
+    if name is None:
+        text = str(e)
+        name = next((s for s in ("SIGTERM", "SIGHUP") if s in text), "SIGINT")
+    n = getattr(e, "dtlab_runs_ended", None)   # set by the DAG; a multirun's launcher ends its own runs
+    what = f": {n} run(s) ended KILLED (their error tag names the signal)" if n is not None else ""
+    print(f"dtlab: interrupted by {'Ctrl-C (SIGINT)' if name == 'SIGINT' else name}{what}", file=sys.stderr)
+    raise SystemExit(128 + int(getattr(signal, name, signal.SIGINT)))
 
 
 if __name__ == "__main__":

@@ -84,10 +84,41 @@ def _check_files(overrides: list[str]) -> None:
         check_yaml(CONF_DIR / group / f"{name}.yaml", group, name)
 
 
-def _hydra_error(e: Exception, overrides: list[str]) -> ConfigError:
+def missing_key_hint(cfg, dotted: str) -> str:
+    """Why ``dotted`` is not in ``cfg`` (a DictConfig or plain mapping): the first part that is
+    missing, and the keys at that level closest to it (difflib) -> "did you mean `link`?"; no
+    close key: the ++ hint for a key that is new on purpose. ``""`` when the path is there."""
+    import difflib
+
+    from omegaconf import DictConfig
+
+    node, seen = cfg, []
+    for part in dotted.lstrip("+~").split("."):
+        if not isinstance(node, (DictConfig, dict)):
+            return ""
+        if part not in node:
+            keys = [str(k) for k in node.keys()]
+            where = ".".join(seen) or "the root config"
+            close = difflib.get_close_matches(part, keys, n=3, cutoff=0.6)
+            if close:
+                return (f"'{part}' is not a key of {where}; did you mean " + " or ".join(f"`{c}`" for c in close)
+                        + "? (a new key on purpose: ++KEY=VALUE)")
+            shown = ", ".join(sorted(keys)[:12]) + (", ..." if len(keys) > 12 else "")
+            return (f"'{part}' is not a key of {where} (keys: {shown or 'none'}); "
+                    "a new key: add it with ++KEY=VALUE (or +KEY=VALUE)")
+        seen.append(part)
+        node = node._get_node(part) if isinstance(node, DictConfig) else node[part]
+    return ""
+
+
+def _hydra_error(e: Exception, overrides: list[str], cfg=None) -> ConfigError:
+    """One ConfigError for a failed Hydra composition or override. ``cfg``: the config the override
+    did not fit, for a "did you mean" hint on a key that is not there."""
     msg = " ".join(str(e).strip().splitlines()[:1]) if str(e).strip() else type(e).__name__
     if msg.startswith("Could not override"):
-        msg += " The key is not in the config: add it with ++KEY=VALUE (or +KEY=VALUE)."
+        missing = msg.partition("'")[2].rpartition("'")[0]
+        hint = missing_key_hint(cfg, missing) if cfg is not None and missing else ""
+        msg += " " + (hint or "The key is not in the config: add it with ++KEY=VALUE (or +KEY=VALUE).")
     elif msg.startswith("Ambiguous value"):
         msg += " Commas sweep values: use -m for a multirun, or [a,b] for a list."
     key = overrides[0] if overrides else "config"
@@ -121,9 +152,24 @@ def _compose_raw(overrides: list[str], multirun: bool = False, with_hydra: bool 
                     del cfg["hydra"]
             return cfg
     except (HydraException, OmegaConfBaseException) as e:
-        raise _hydra_error(e, overrides) from None
+        raise _hydra_error(e, overrides, _without_failed(e, overrides, multirun)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _without_failed(e: Exception, overrides: list[str], multirun: bool):
+    """On "Could not override 'KEY'": the config composed without that override (where a
+    "did you mean" hint looks for KEY's neighbours); None otherwise or if that fails too."""
+    missing = str(e).partition("'")[2].partition("'")[0]
+    if not str(e).startswith("Could not override") or not missing:
+        return None
+    rest = [o for o in overrides if o.lstrip("+~").partition("=")[0] != missing]
+    if len(rest) == len(overrides):
+        return None
+    try:
+        return _compose_raw(rest, multirun=multirun, with_hydra=missing.startswith("hydra."))
+    except ConfigError:
+        return None
 
 
 def _resolved(cfg, overrides: list[str]) -> dict[str, Any]:
@@ -211,7 +257,7 @@ def compose_jobs(jobs: list[list[str]]) -> Iterator[tuple[list[str], dict[str, A
             try:
                 OmegaConf.update(cfg, o.key_or_group, o.value(), merge=True, force_add=o.type.name == "FORCE_ADD")
             except (ConfigAttributeError, ConfigKeyError):
-                raise _hydra_error(ValueError(f"Could not override '{o.key_or_group}'."), job) from None
+                raise _hydra_error(ValueError(f"Could not override '{o.key_or_group}'."), job, cfg) from None
             except OmegaConfBaseException as e:
                 raise _hydra_error(e, job) from None
         yield job, _resolved(cfg, job)

@@ -100,17 +100,24 @@ def _tag_value(v) -> str:
 
 def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str]:
     """Create the experiment's parent run with its tags, params and config; (experiment id, run id)."""
-    from components.core.provenance import mark_stale, reproducibility_tags
+    from components.core.provenance import mark_stale, parent_run_name, reproducibility_tags
 
-    exp_id = tracker.experiment_id(spec.name)
+    exp_id = tracker.experiment_id(spec.name, description=spec.summary)
     try:
         stale = mark_stale(tracker.client, [exp_id])
         if stale:
             log.warning("%d run(s) of %s left RUNNING by a driver that is gone: marked FAILED", len(stale), spec.name)
     except Exception as e:  # noqa: BLE001 - housekeeping never stops a run
         log.warning("stale-run check failed: %s", e)
-    run_name = f"{spec.name}{'-debug' if cfg.get('debug') else ''}-{time.strftime('%Y%m%d-%H%M%S')}"
-    parent_id = tracker.start_run(exp_id, run_name, tags={
+    run_name = parent_run_name(spec.name, cfg, time.strftime('%Y%m%d-%H%M%S'))  # a multirun job: by its overrides
+    try:  # flavour, subset and input hash: what `dtlab reproduce` and the scoreboard compare
+        from pipelines.inputs import run_tags
+
+        input_tags, inputs = run_tags(spec, cfg)
+    except Exception as e:  # noqa: BLE001 - a run without an input hash is only never "current"
+        log.warning("input hash not recorded: %s", e)
+        input_tags, inputs = {"dtlab.flavour": "debug" if cfg.get("debug") else "full"}, None
+    parent_id = tracker.start_run(exp_id, run_name, tags={**input_tags,
         PARENT_TAG: "parent", "experiment": spec.name, "family": spec.family, "debug": str(bool(cfg.get("debug"))),
         "host": socket.gethostname(), "hydra.job": str(cfg.get("_job", "")),
         "report.baseline": _tag_value(spec.report.get("baseline") or ""), **reproducibility_tags(cfg.get("_overrides")),
@@ -121,6 +128,8 @@ def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str
         tracker.log_params(parent_id, {"experiment": spec.raw, "debug": bool(cfg.get("debug")),
                                        "cluster": cfg["cluster"], "seeds": spec.seeds})
         tracker.log_text(parent_id, to_yaml({k: v for k, v in cfg.items() if k != "hydra"}), "config.yaml")
+        if inputs is not None:
+            tracker.log_json(parent_id, inputs.to_json(), "inputs.json")
     except BaseException as e:
         tracker.end(parent_id, "FAILED", error=error_text(e))
         raise
@@ -167,61 +176,120 @@ def terminate_as_interrupt():
             signal.signal(sig, h)
 
 
-def run(cfg: dict, console=None) -> RunOutcome:
-    """Run one experiment invocation end to end. ``cfg`` is the resolved config as plain Python."""
+PHASES = ("startup", "ray_init", "prepare", "execute", "report", "tracking_wait", "teardown")
+
+
+class Phases:
+    """A run's wall clock cut into back-to-back phases (the timing line's parts): :meth:`mark`
+    adds the time since the previous mark to a phase, so phases never overlap and add up to the
+    span they cover; :meth:`timings` puts what follows the last mark in ``other_s`` (never
+    negative). ``started_ago``: seconds the command ran before the DAG (imports, validation)."""
+
+    def __init__(self, started_ago: float = 0.0, clock=time.perf_counter):
+        self.clock = clock
+        self.start = self.last = clock() - max(0.0, started_ago)
+        self.parts = dict.fromkeys(PHASES, 0.0)
+
+    def mark(self, phase: str) -> None:
+        now = self.clock()
+        self.parts[phase] += now - self.last
+        self.last = now
+
+    def timings(self) -> dict[str, float]:
+        total = self.clock() - self.start
+        out = {f"{p}_s": v for p, v in self.parts.items()}
+        out["other_s"] = max(0.0, total - sum(self.parts.values()))
+        out["total_s"] = total
+        return out
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (interpreter start-up and imports included), None if unknown."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - the start-up share is a nicety
+        return None
+
+
+def run(cfg: dict, console=None, started_ago: float | None = None, teardown: bool = False) -> RunOutcome:
+    """Run one experiment invocation end to end. ``cfg`` is the resolved config as plain Python.
+
+    ``started_ago``: seconds the command spent before this call (``dtlab run``'s start-up), counted
+    in the timing line; ``teardown``: stop the Ray session this run started once it is done (a
+    single `dtlab run`), so the line accounts for that too."""
     with terminate_as_interrupt() as reinstall:
-        return _run(cfg, console, reinstall)
+        return _run(cfg, console, reinstall, Phases(started_ago or 0.0), teardown)
 
 
-def _run(cfg: dict, console, reinstall_signals) -> RunOutcome:
+def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool = False) -> RunOutcome:
     from components.core.raytools import init_ray
-    from pipelines.live import print_scoreboard
+    from pipelines.live import print_scoreboard, print_timing
 
-    t_start = time.perf_counter()
     spec = validate(cfg)
     runs_dir = Path(cfg.get("runs_dir") or "runs").resolve()
     uri = resolve_tracking_uri(cfg["tracking"].get("uri"))
-    tracker = _TimedTracker(Tracker(uri))
-    tracker.check_reachable()
-    # MLflow set-up (store migration, parent run, params) overlaps Ray start-up: both take seconds.
+    import ray  # noqa: F401 - here, before the MLflow thread imports its own packages beside init_ray
+
+    phases.mark("startup")
+
+    def open_tracking():
+        tracker = _TimedTracker(Tracker(uri))
+        tracker.check_reachable()
+        return (tracker, *_open_parent_run(tracker, spec, cfg))
+
+    # MLflow set-up (its imports, store migration, parent run, params) overlaps Ray start-up: both take seconds.
     with ThreadPoolExecutor(1, thread_name_prefix="dtlab-mlflow") as pool:
-        opening = pool.submit(_open_parent_run, tracker, spec, cfg)
+        opening = pool.submit(open_tracking)
         try:
             ray_info = init_ray(cfg["cluster"])
+            phases.mark("ray_init")
         except BaseException as e:
             try:
-                tracker.end(opening.result()[1], "FAILED", error=error_text(e))
+                tracker, _, parent_id = opening.result()
+                tracker.end(parent_id, "FAILED", error=error_text(e))
             except Exception:
                 pass
             raise
-        exp_id, parent_id = opening.result()
+        tracker, exp_id, parent_id = opening.result()
     reinstall_signals()
     if console is not None and ray_info.get("summary"):
         console.print(f"[dim]{ray_info['summary']}[/dim]")
-    if ray_info.get("dashboard_url"):
-        tracker.set_tags(parent_id, {"ray.dashboard": ray_info["dashboard_url"]})
+    ray_tags = {**ray_info.get("tags", {}), **({"ray.dashboard": ray_info["dashboard_url"]}
+                                                if ray_info.get("dashboard_url") else {})}
+    if ray_tags:  # the dashboard, and the `dtlab up` head's checkout, environment and commit
+        tracker.set_tags(parent_id, ray_tags)
     open_runs = {parent_id}
-    timings: dict[str, float] = {"ray_init_s": ray_info["ray_init_s"]}
+    phases.mark("tracking_wait")  # the parent run, if MLflow took longer than Ray
+    timings: dict[str, float] = {}
     try:
-        t0 = time.perf_counter()
         inputs, cache_status, prep_compute = prepare(spec, runs_dir, tracker, parent_id, console)
-        timings["prepare_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        phases.mark("prepare")
         outcomes = execute(spec, inputs, tracker, exp_id, parent_id, runs_dir, console, open_runs,
                            max_points=cfg["tracking"].get("max_series_points"),
                            keep_board_s=float(cfg["cluster"].get("metrics_linger_s") or 0.0),
                            max_parallel=spec.max_parallel)
-        timings["execute_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        phases.mark("execute")
         reach(spec, outcomes, tracker)
         claims, rows = judge(spec, outcomes), comparison(spec, outcomes)
         report(spec, outcomes, claims, rows, tracker, parent_id)
-        timings["report_s"] = time.perf_counter() - t0
-        timings["technique_s"] = _busy_union([(s.started, s.ended) for o in outcomes.values()
-                                              for s in o.seeds.values() if s.ended]) + prep_compute
-        timings["tracking_s"] = tracker.seconds
-        timings["total_s"] = time.perf_counter() - t_start
-        timings["overhead_share"] = max(0.0, 1 - timings["technique_s"] / timings["total_s"])
+        from pipelines.figures import ARTIFACT, claim_operands  # the holds operands of claims without measured:
+
+        tracker.log_json(parent_id, claim_operands(spec.claims, {n: o.result.clean_metrics() for n, o in outcomes.items()
+                                                                 if o.result is not None},
+                                                   {n: o.seed_metrics() for n, o in outcomes.items() if o.result is not None}),
+                         ARTIFACT)
+        phases.mark("report")
+
+        def account() -> None:  # the phases so far, and the figures that overlap them
+            timings.update(phases.timings())
+            timings["technique_s"] = _busy_union([(s.started, s.ended) for o in outcomes.values()
+                                                  for s in o.seeds.values() if s.ended]) + prep_compute
+            timings["tracking_s"] = tracker.seconds
+            timings["overhead_share"] = max(0.0, 1 - timings["technique_s"] / max(timings["total_s"], 1e-9))
+
+        account()
         tracker.log_metrics(parent_id, {f"platform.{k}": v for k, v in timings.items()})
         outcome = RunOutcome(spec.name, exp_id, parent_id, uri, outcomes, claims, rows, timings, cache_status,
                              ray_info.get("dashboard_url"))
@@ -235,19 +303,34 @@ def _run(cfg: dict, console, reinstall_signals) -> RunOutcome:
         else:
             tracker.end(parent_id, "FINISHED")
         open_runs.discard(parent_id)
+        phases.mark("tracking_wait")
+        if teardown and ray_info.get("mode") == "embedded":  # this run's own Ray: stopped inside the line
+            import ray
+
+            ray.shutdown()
+            phases.mark("teardown")
         if console is not None:
-            print_scoreboard(console, outcome, spec)
+            print_scoreboard(console, outcome, spec, debug=bool(cfg.get("debug")), timing=False)
+            phases.mark("report")
+        account()   # the line printed below accounts for everything up to it
+        if console is not None:
+            print_timing(console, outcome)
         return outcome
     except BaseException as e:
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
         reason = error_text(e)
         if status == "KILLED":
             reason = f"stopped by {_received[-1] if _received else 'Ctrl-C (SIGINT)'}\n{reason}"
+        ended = 0
         for rid in dict.fromkeys([*open_runs, *tracker.open_ids()]):  # every run created, even mid-dispatch
             try:
                 tracker.end(rid, status, error=reason)
+                ended += 1
             except Exception:
                 pass
+        if status == "KILLED":  # for the CLI's one line ("interrupted: N runs ended KILLED")
+            e.dtlab_runs_ended = ended
+            e.dtlab_signal = _received[-1] if _received else "SIGINT"
         raise
 
 

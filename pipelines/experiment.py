@@ -10,7 +10,9 @@ An experiment config (conf/experiment/NAME.yaml) holds::
     common:    {technique: {...}}     # params merged under the own params of that technique's variants
     variants:  {vname: {technique, role, params, seeds, inputs: {tech_input: entry}, over: [axis]}}
     claims:    {cname: {holds, paper, measured, gate, over: axis, at_least: N,
-                        premise: expr, premise_measured: expr}}   # the measured precondition, its figure
+                        premise: expr, premise_measured: expr,    # the measured precondition, its figure
+                        kind: empirical | accounting,             # accounting: holds by construction
+                        noise: variant.figure_noise | [...]}}     # timed: inconclusive inside the floor
     report:    {baseline: vname | {baseline_vname: [vname, ...]},        # a mapping: one per sub-study
                 table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
     robustness: {perturbation: [hydra override, ...]}  # off-tuned re-checks (`dtlab robustness`)
@@ -29,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.core.claims import Claim, parse_expr, referenced_variants, template_axes
+from components.core.claims import Claim, noise_figure, parse_expr, referenced_variants, substitute, template_axes
 from components.core.errors import ConfigError, require
 from components.core.params import parse_params
 from components.core.registry import get_prepare_step, get_technique
@@ -38,7 +40,11 @@ ROLES = ("technique", "baseline", "control")
 _TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "axes", "prepare", "common", "variants", "claims",
              "report", "debug", "robustness", "reach"}
 _VARIANT_KEYS = {"technique", "role", "params", "seeds", "inputs", "over"}
-_CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least", "premise", "premise_measured"}
+_CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least", "premise", "premise_measured", "kind",
+               "noise"}
+# empirical: the paper's claim on the evidence; accounting: holds by construction unless the bookkeeping is
+# wrong (a bytes cut fixed by the shapes): a regression check, counted apart from the headline
+CLAIM_KINDS = ("empirical", "accounting")
 PLOT_KINDS = ("series", "bar", "scatter")
 _AXIS_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -108,6 +114,7 @@ class ExperimentSpec:
     axes: dict[str, list] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
     reach: list[Reach] = field(default_factory=list)
+    claim_kinds: dict[str, str] = field(default_factory=dict)   # claim name -> one of CLAIM_KINDS
 
     @property
     def seed(self) -> int:
@@ -354,13 +361,13 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
         require(role in ROLES, f"{key}.role", role, "one of " + ", ".join(ROLES))
         raw = deep_merge(common.get(tech.name) or {}, v.get("params") or {})
         parsed = parse_params(tech.params, raw, f"{key}.params") if tech.params is not None else raw
+        inputs = _bind_inputs(v.get("inputs"), tech.inputs, by_entry, f"{key}.inputs", f"technique {tech.name}")
         if tech.validate is not None:
             try:
-                tech.validate(parsed, exp)
+                _call_validate(tech.validate, parsed, exp, {name: by_entry[e] for name, e in inputs.items()})
             except ConfigError as e:
                 raise ConfigError(e.key if e.key.startswith("experiment.") else f"{key}.params.{e.key}", e.value, e.allowed) from None
         vseeds = _check_seeds(v["seeds"], f"{key}.seeds") if v.get("seeds") is not None else seeds
-        inputs = _bind_inputs(v.get("inputs"), tech.inputs, by_entry, f"{key}.inputs", f"technique {tech.name}")
         if (only and vname not in only and base not in only) or base in dropped or vname in dropped:
             continue
         variants.append(VariantSpec(vname, tech.name, role, tech.family, raw, parsed, vseeds, inputs, base, cell))
@@ -372,7 +379,8 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
     reach = _build_reach(exp.get("reach") or {}, names)
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
                           nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp,
-                          reach=reach)
+                          reach=reach, claim_kinds={n: str(c.get("kind", "empirical"))
+                                                    for n, c in (exp.get("claims") or {}).items()})
 
 
 def _build_reach(block: Any, names: set[str]) -> list[Reach]:
@@ -436,6 +444,24 @@ def perturbations(exp: dict) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _call_validate(hook, params: Any, exp: dict, bound: dict[str, PrepareSpec]) -> None:
+    """A technique's validate hook: ``hook(params, experiment)``, or ``hook(params, experiment, inputs)``
+    when it takes a third argument: ``inputs`` maps each declared input to the PrepareSpec it is bound to
+    (entry name, step, parsed params with defaults), so a check against a prepared model needs no
+    duplicate param naming the entry."""
+    import inspect
+
+    try:
+        inspect.signature(hook).bind(params, exp, bound)
+        takes_inputs = True
+    except (TypeError, ValueError):  # two parameters (or no signature to read): the original form
+        takes_inputs = False
+    if takes_inputs:
+        hook(params, exp, bound)
+    else:
+        hook(params, exp)
+
+
 def _bind_inputs(given: Any, declared: tuple[str, ...], entries: dict[str, PrepareSpec], key: str, who: str) -> dict[str, str]:
     """Declared input name -> prepare entry: ``given`` binds some, the rest bind by the same name."""
     given = given or {}
@@ -497,6 +523,7 @@ def _build_claim(cname: str, c: Any, axes: dict, names: set[str]) -> Claim:
         require(bool(over), f"{key}.at_least", at_least, "only with 'over: AXIS'")
         require(isinstance(at_least, int) and not isinstance(at_least, bool) and 1 <= at_least <= n_cells,
                 f"{key}.at_least", at_least, f"an integer in [1, {n_cells}] (the cells of {', '.join(over)})")
+    require(c.get("kind", "empirical") in CLAIM_KINDS, f"{key}.kind", c.get("kind"), "one of " + ", ".join(CLAIM_KINDS))
     premise, premise_measured = c.get("premise") or "", c.get("premise_measured") or ""
     for part, text in (("premise", premise), ("premise_measured", premise_measured)):
         require(isinstance(text, str), f"{key}.{part}", text, "an expression over variant.metric names")
@@ -523,7 +550,23 @@ def _build_claim(cname: str, c: Any, axes: dict, names: set[str]) -> Claim:
         if bad:
             raise ConfigError(f"{key}.{part}", expr, f"names unknown variant {sorted(bad)[0]!r}; variants: "
                               + ", ".join(sorted(names)))
-    return claim
+    return _with_noise(claim, c.get("noise"), key, names)
+
+
+def _with_noise(claim: Claim, noise: Any, key: str, names: set[str]) -> Claim:
+    """``noise:`` (one ``variant.figure_noise`` or a list): the floors of the timed figures the claim
+    gates (components.core.claims, "Timed claims")."""
+    refs = [noise] if isinstance(noise, str) else list(noise or [])
+    require(all(isinstance(r, str) for r in refs), f"{key}.noise", noise,
+            "a metric name variant.FIGURE_noise or a list of them")
+    for ref in refs:
+        stray = template_axes(ref) - set(claim.over)
+        if stray:
+            raise ConfigError(f"{key}.noise", ref, f"{{{sorted(stray)[0]}}} needs over: [{sorted(stray)[0]}]")
+        for cell in claim.cells():
+            variant, _, _ = noise_figure(substitute(ref, cell), f"{key}.noise")
+            require(variant in names, f"{key}.noise", ref, "a variant of this experiment: " + ", ".join(sorted(names)))
+    return dataclasses.replace(claim, noise=tuple(refs)) if refs else claim
 
 
 def _build_report(report: dict, names: set[str], expanded: dict) -> dict:

@@ -25,7 +25,9 @@ def main(cfg: DictConfig) -> float:
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     plain["_job"] = HydraConfig.get().job.num if multirun else ""
     plain["_overrides"] = list(HydraConfig.get().overrides.task)
-    outcome = dag.run(plain, console=Console())
+    # a single run: its line counts the command's start-up, and the Ray it started stops inside it
+    outcome = dag.run(plain, console=Console(), started_ago=None if multirun else dag.process_age(),
+                      teardown=not multirun)
     if outcome.failed:
         if not multirun:
             raise SystemExit(1)

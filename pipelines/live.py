@@ -160,10 +160,14 @@ def measured_text(c, claim) -> str:
     return labelled(claim.measured, getattr(c, "measured_pm", "") or c.measured)
 
 
-def claims_table(claims, title: str = "claims", defs: dict[str, Any] | None = None) -> Table:
-    """The scoreboard: claim, holds or not, each measured figure labelled, the ``holds``
-    expression (its threshold) and the paper's figure. ``defs``: Claim definitions by name."""
-    defs = defs or {}
+def claims_table(claims, title: str = "claims", defs: dict[str, Any] | None = None,
+                 operands: dict[str, list] | None = None) -> Table:
+    """The scoreboard: claim, holds or not, each measured figure labelled (a claim without
+    ``measured:``: its ``holds`` operands from ``operands``), the ``holds`` expression (its
+    threshold), the premise with its value, and the paper's figure. ``defs``: Claim definitions by name."""
+    from pipelines.figures import operands_text
+
+    defs, operands = defs or {}, operands or {}
     t = Table(title=title, show_lines=True)
     t.add_column("claim", no_wrap=True)
     t.add_column("holds", no_wrap=True)
@@ -176,13 +180,19 @@ def claims_table(claims, title: str = "claims", defs: dict[str, Any] | None = No
             mark = "[dim]not run[/]"
         elif getattr(c, "status", "") == "premise not met" and c.gate:
             mark = "[yellow]premise not met[/]"
+        elif getattr(c, "inconclusive", False):   # a timed effect inside its noise floor
+            mark = ("[magenta]~ inconclusive[/]" if c.gate else "[dim]control:[/] inconclusive")
         elif not c.gate:
             mark = "[dim]control:[/] " + ("yes" if c.holds else "no")
         claim = defs.get(c.name)
         holds_if = escape(claim.holds + (f" (over {', '.join(claim.over)})" if claim.over else "")) if claim else ""
         if getattr(c, "premise", ""):
-            holds_if += f"\n[dim]premise: {escape(c.premise)}[/]"
-        t.add_row(c.name, mark, escape(measured_text(c, claim)) + (f" [dim]({escape(c.error)})[/]" if c.error else ""),
+            met = {True: "met", False: "NOT MET", None: "unknown"}[getattr(c, "premise_holds", None)]
+            pm = getattr(c, "premise_measured", "")
+            holds_if += f"\n[dim]premise {met}: {escape(c.premise)}" + (f" = {escape(pm)}" if pm else "") + "[/]"
+        shown = measured_text(c, claim) if claim is None or claim.measured else (operands_text(operands.get(c.name))
+                                                                                 or c.measured)
+        t.add_row(c.name, mark, escape(shown) + (f" [dim]({escape(c.error)})[/]" if c.error else ""),
                   holds_if, escape(c.paper))
     return t
 
@@ -196,8 +206,11 @@ def is_debug(tags: dict[str, str]) -> bool:
     return str(tags.get("debug", "")).lower() == "true"
 
 
-def print_scoreboard(console: Console, outcome, spec, debug: bool | None = None) -> None:
-    """The end-of-run tables; ``debug`` None: read from the parent run's ``debug`` tag."""
+def print_scoreboard(console: Console, outcome, spec, debug: bool | None = None, timing: bool = True) -> None:
+    """The end-of-run tables; ``debug`` None: read from the parent run's ``debug`` tag.
+    ``timing``: the timing and MLflow lines too (:func:`print_timing`)."""
+    from pipelines.figures import claim_operands
+
     if debug is None:
         debug = _parent_debug(outcome)
     if debug:
@@ -205,16 +218,62 @@ def print_scoreboard(console: Console, outcome, spec, debug: bool | None = None)
     for t in comparison_tables(outcome.comparison, f"{outcome.experiment}: comparison"):
         console.print(t)
     console.print(claims_table(outcome.claims, f"{outcome.experiment}: scoreboard "
-                                               f"({outcome.claims_held}/{outcome.claims_judged} claims hold)"
+                                               f"({outcome.claims_held}/{outcome.claims_judged} claims hold"
+                                               + (f", {n} inconclusive" if (n := getattr(outcome, "claims_inconclusive", 0)) else "")
+                                               + ")"
                                                + (" · DEBUG" if debug else ""),
-                               defs=claim_defs(spec.claims)))
+                               defs=claim_defs(spec.claims),
+                               operands=claim_operands(spec.claims, outcome.metrics(), outcome.seed_metrics())))
     for n in outcome.failed:
         console.print(f"[red]variant {n} failed:[/] {outcome.variants[n].error.splitlines()[0]}")
-    t = outcome.timings
-    console.print(f"[dim]total {t['total_s']:.1f}s · technique {t['technique_s']:.1f}s · ray init {t['ray_init_s']:.1f}s · "
-                  f"tracking {t['tracking_s']:.1f}s · platform overhead {100 * t['overhead_share']:.0f}% · "
-                  f"prepare cache: {', '.join(f'{k}={v}' for k, v in outcome.prepare_cache.items()) or 'none'}[/]")
+    if timing:
+        print_timing(console, outcome)
+
+
+def print_timing(console: Console, outcome) -> None:
+    """Where the run's time went (:func:`timing_lines`), then where its MLflow runs are."""
+    for line in timing_lines(outcome.timings, outcome.prepare_cache):
+        console.print(f"[dim]{escape(line)}[/]")
     console.print(f"[dim]MLflow: {outcome.tracking_uri} · experiment {outcome.experiment} · parent run {outcome.parent_run_id}[/]")
+
+
+# the back-to-back phases of a run (pipelines.dag.Phases), in order: timings key -> label
+PHASE_LABELS = {"startup_s": "start-up", "ray_init_s": "ray init", "prepare_s": "prepare", "execute_s": "execute",
+                "report_s": "report", "tracking_wait_s": "tracking", "teardown_s": "teardown"}
+
+
+def _tenths(parts: list[float], total: float) -> list[int]:
+    """``parts`` in tenths of a second, rounded so that they add up to ``total`` rounded (largest
+    remainders get the leftover tenths): the printed sum is the printed total."""
+    import math
+
+    raw = [10 * max(0.0, p) for p in parts]
+    out = [math.floor(r) for r in raw]
+    left = max(0, round(10 * total) - sum(out))
+    for i in sorted(range(len(raw)), key=lambda i: out[i] - raw[i])[:left]:
+        out[i] += 1
+    return out
+
+
+def timing_lines(t: dict[str, float], prepare_cache: dict | None = None) -> list[str]:
+    """The timing line: the total cut into its phases (start-up: imports and validation; ray
+    init; prepare; execute; report: evaluation, plots, the parent run's artifacts, the
+    scoreboard; tracking: the driver waiting on MLflow between stages; teardown: stopping the Ray
+    session the run started) plus ``other`` for what no phase covers, so that the parts add up to
+    the total and none is negative. Then the figures that overlap those parts, each labelled: the
+    time any task was computing (inside prepare and execute) and the time spent in MLflow calls."""
+    parts = {label: float(t[k]) for k, label in PHASE_LABELS.items() if t.get(k) is not None}
+    total = max(float(t.get("total_s") or 0.0), sum(max(0.0, v) for v in parts.values()))
+    parts["other"] = max(0.0, total - sum(max(0.0, v) for v in parts.values()))
+    shown = _tenths(list(parts.values()), total)
+    split = " + ".join(f"{label} {n / 10:.1f}" for label, n in zip(parts, shown) if n or label in ("execute",))
+    cache = ", ".join(f"{k}={v}" for k, v in (prepare_cache or {}).items()) or "none"
+    over = f"technique computing {t.get('technique_s', 0.0):.1f}s (inside prepare and execute)"
+    if t.get("tracking_s") is not None:
+        over += f" · MLflow calls {t['tracking_s']:.1f}s (inside the parts)"
+    if t.get("overhead_share") is not None:
+        over += f" · platform overhead {100 * t['overhead_share']:.0f}%"
+    return [f"total {round(10 * total) / 10:.1f}s = {split}", f"{over} · prepare cache: {cache}"]
 
 
 def _parent_debug(outcome) -> bool:

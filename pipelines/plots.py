@@ -8,7 +8,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from components.core.plotting import label_points, readable_log_axis  # noqa: E402
+
 ROLE_STYLE = {"technique": "-", "baseline": "--", "control": ":"}
+ROLE_COLOR = {"technique": "tab:blue", "baseline": "tab:gray", "control": "tab:olive"}
+ROLE_MARKER = {"technique": "o", "baseline": "s", "control": "^"}
 
 
 def series_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, variants: list[str] | None = None,
@@ -30,6 +34,7 @@ def series_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, varia
         drawn += 1
     if logy:
         ax.set_yscale("log")
+        readable_log_axis(ax, "y")
     ax.set_xlabel(xlabel or "step")
     ax.set_ylabel(metric)
     ax.set_title(title or metric)
@@ -40,9 +45,28 @@ def series_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, varia
     return fig, drawn
 
 
+def _role_legend(ax, roles: list[str], marker: bool = False) -> None:
+    """A legend naming what each colour (bars) or marker (points) stands for; bars get it in a row
+    between the title and the plot, where it cannot cover a bar."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    seen = [r for r in ROLE_COLOR if r in roles]
+    if marker:
+        handles = [Line2D([], [], ls="", marker=ROLE_MARKER[r], color=ROLE_COLOR[r], label=r) for r in seen]
+    else:
+        handles = [Patch(color=ROLE_COLOR[r], label=r) for r in seen]
+        ax.legend(handles=handles, fontsize=9, ncol=len(handles), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+                  frameon=False)
+        return
+    ax.legend(handles=handles, fontsize=9, title="role", title_fontsize=9, loc="best")
+
+
 def bar_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, variants: list[str] | None = None,
              title: str | None = None):
-    names, vals, colors = [], [], []
+    """One bar per variant, coloured by role (legend), horizontal so that every name reads at full size
+    and the figure keeps one width however many variants there are."""
+    names, vals, roles = [], [], []
     for name, o in outcomes.items():
         if variants and name not in variants:
             continue
@@ -50,41 +74,57 @@ def bar_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, variants
             continue
         names.append(name)
         vals.append(float(o.result.metrics[metric]))
-        colors.append({"technique": "tab:blue", "baseline": "tab:gray", "control": "tab:olive"}.get(o.role, "tab:blue"))
-    fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(names) + 2), 4))
-    ax.bar(names, vals, color=colors)
+        roles.append(o.role if o.role in ROLE_COLOR else "technique")
+    fig, ax = plt.subplots(figsize=(7, max(2.6, 0.34 * len(names) + 1.4)))
+    ax.barh(names, vals, color=[ROLE_COLOR[r] for r in roles])
+    if logy:                               # before anything autoscales the empty axes' x to negative limits
+        ax.set_xscale("log")
+    if names:
+        ax.invert_yaxis()                  # the experiment's order, top to bottom
     if logy:
-        ax.set_yscale("log")
-    ax.set_ylabel(metric)
-    ax.set_title(title or metric)
-    ax.tick_params(axis="x", rotation=45)
+        readable_log_axis(ax, "x")
+    ax.set_xlabel(metric, fontsize=11)
+    ax.set_title(title or metric, fontsize=12, pad=26 if names else 6)   # the role legend sits below it
+    ax.tick_params(labelsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    if names:
+        _role_legend(ax, roles)
     fig.tight_layout()
     return fig, len(names)
 
 
 def scatter_plot(outcomes: dict[str, Any], x: str, y: str, logx: bool = False, logy: bool = False,
                  variants: list[str] | None = None, title: str | None = None):
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    n = 0
+    """One point per variant (marker and colour by role, legend), each named beside it without overlap."""
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    pts = []
     for name, o in outcomes.items():
         if variants and name not in variants:
             continue
         if o.result is None or x not in o.result.metrics or y not in o.result.metrics:
             continue
-        ax.scatter(o.result.metrics[x], o.result.metrics[y], label=name,
-                   marker="o" if o.role == "technique" else "s")
-        ax.annotate(name, (o.result.metrics[x], o.result.metrics[y]), fontsize=7)
-        n += 1
+        role = o.role if o.role in ROLE_COLOR else "technique"
+        pts.append((float(o.result.metrics[x]), float(o.result.metrics[y]), name, role))
+        ax.scatter(pts[-1][0], pts[-1][1], marker=ROLE_MARKER[role], color=ROLE_COLOR[role], zorder=3)
     if logx:
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
+    ax.margins(0.12)                       # room for the names at the edges
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.set_title(title or f"{y} vs {x}")
     ax.grid(alpha=0.3)
+    if pts:
+        _role_legend(ax, [p[3] for p in pts], marker=True)
     fig.tight_layout()
-    return fig, n
+    if logx:
+        readable_log_axis(ax, "x")
+    if logy:
+        readable_log_axis(ax, "y")
+    fig.tight_layout()
+    label_points(ax, [p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts], avoid=[ax.get_legend()])
+    return fig, len(pts)
 
 
 def make_plot(spec: dict[str, Any], outcomes: dict[str, Any]):

@@ -3,6 +3,7 @@ checked, and bad input is one line naming the key, the value and what is allowed
 Ray starts (a tracking store that cannot be reached: exit 1)."""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 
@@ -19,13 +20,39 @@ def preflight(overrides: list[str], multirun: bool) -> dict:
         first = check(overrides, multirun)
     except ConfigError as e:
         _die(str(e))
-    from components.core.tracker import Tracker, resolve_tracking_uri
+    from components.core.tracker import resolve_tracking_uri
 
     try:
-        Tracker(resolve_tracking_uri(first["tracking"]["uri"])).check_reachable()
+        check_store(resolve_tracking_uri(first["tracking"]["uri"]))
     except ConnectionError as e:
         _die(str(e), code=1)
     return first
+
+
+def check_store(uri: str) -> None:
+    """The tracking store can be reached (ConnectionError otherwise). A local SQLite file is
+    checked without importing MLflow (seconds of imports and store set-up that the run then does
+    while Ray starts): its folder can be created and written, and an existing file opens as a
+    database. Any other store through MLflow's client."""
+    if not uri.startswith("sqlite:///"):
+        from components.core.tracker import Tracker
+
+        Tracker(uri).check_reachable()
+        return
+    import sqlite3
+    import tempfile
+    from pathlib import Path
+
+    path = Path(uri[len("sqlite:///"):])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+        if path.exists():
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
+                db.execute("select count(*) from sqlite_master").fetchone()
+    except (OSError, sqlite3.Error) as e:
+        raise ConnectionError(f"MLflow tracking store {uri} is unreachable: {e}") from None
 
 
 _OPTUNA = "hydra_plugins.dtlab_optuna_sweeper.sweeper.DtlabOptunaSweeper"
@@ -71,18 +98,72 @@ def jobs_of(overrides: list[str], multirun: bool) -> tuple[list[list[str]], bool
 def check(overrides: list[str], multirun: bool) -> dict:
     """The validation pass (raises ConfigError): override syntax, sweeper and launcher options,
     the search space, every job composed and validated, the objective, runs_dir writable."""
+    first = None
+    for _job, cfg, _spec in checked_jobs(overrides, multirun):
+        first = cfg if first is None else first
+    return first
+
+
+def checked_jobs(overrides: list[str], multirun: bool):
+    """Every job the command would run, composed and validated, as (its overrides, its config,
+    its ExperimentSpec); raises ConfigError at the first bad one. runs_dir is checked once every
+    job passed (a generator: a large grid is never held in memory at once)."""
+    from components.core.errors import ConfigError
     from pipelines import config, dag
 
     jobs, multirun = jobs_of(overrides, multirun)
     first = None
-    for _job, cfg in config.compose_jobs(jobs):
+    for job, cfg in config.compose_jobs(jobs):
         check_finite(cfg.get("cluster"), "cluster")
-        spec = dag.validate(cfg)
+        if not isinstance(cfg.get("verbose", False), bool):  # before the tracking store is touched
+            raise ConfigError("verbose", cfg.get("verbose"), "true or false")
+        try:
+            spec = dag.validate(cfg)
+        except ConfigError as e:
+            raise as_typed(e, cfg, job) from None
         if first is None:
             first = cfg
             check_objective(cfg.get("objective"), spec)
+        yield job, cfg, spec
     check_runs_dir(first.get("runs_dir"))
-    return first
+
+
+def as_typed(e, cfg: dict, job: list[str]):
+    """A bad value the experiment's ``common.T`` block gave a variant is found while that
+    variant's params are parsed, so it names ``experiment.variants.V.params.P``: name the key
+    the user wrote instead, ``experiment.common.T.P`` (where the variant does not set P itself).
+    Other errors come back unchanged."""
+    import re
+
+    from components.core.errors import ConfigError
+    from pipelines.experiment import apply_debug, overridden_keys
+
+    m = re.fullmatch(r"experiment\.variants\.([^.]+)\.params\.(.+)", e.key)
+    exp = cfg.get("experiment")
+    if not m or not isinstance(exp, dict):
+        return e
+    variant, path = m.groups()
+    try:
+        if cfg.get("debug") is True:
+            exp = apply_debug(exp, keep=overridden_keys(job))
+    except ConfigError:
+        return e
+    v = (exp.get("variants") or {}).get(variant)
+    common = exp.get("common") or {}
+    if not isinstance(v, dict) or not isinstance(common, dict):
+        return e
+    tech = v.get("technique")
+    if _has_path(v.get("params") or {}, path) or not _has_path(common.get(tech) or {}, path):
+        return e
+    return ConfigError(f"experiment.common.{tech}.{path}", e.value, e.allowed)
+
+
+def _has_path(node, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def check_finite(node, key: str) -> None:
@@ -149,3 +230,77 @@ def split_args(args: list[str]) -> tuple[list[str], list[str]]:
         (flags if a.startswith("-") else overrides).append(a)
         i += 1
     return flags, overrides
+
+
+def describe(job: list[str], cfg: dict, spec) -> list[str]:
+    """What one job will run, as `dtlab run --dry-run` prints it: the flavour, seeds, resources,
+    the prepare steps it needs (params with their defaults), every selected variant (technique,
+    role, seeds, inputs, params with the technique's defaults filled in) and the claims, each
+    with whether this selection can judge it."""
+    from components.core.claims import referenced_variants
+    from pipelines.experiment import resolved
+
+    res = f"num_cpus {spec.num_cpus:g} per task, nodes {spec.nodes}" + (
+        f" ({spec.node_cpus:g} CPUs each)" if spec.nodes and spec.node_cpus else "") + (
+        f", max_parallel {spec.max_parallel}" if spec.max_parallel else "")
+    out = [f"{spec.name} ({spec.family}){' · DEBUG flavour' if cfg.get('debug') else ''}: {spec.summary}",
+           "overrides: " + (" ".join(job) or "(none)"),
+           f"seeds: {spec.seeds} · resources: {res} · runs_dir: {cfg.get('runs_dir')}"]
+    needed = spec.needed_prepare()
+    out.append(f"prepare ({len(needed)} step(s), upstream first; cached by content under runs_dir/cache):")
+    for p, seeds in needed:
+        ups = ", ".join(f"{k}<-{e}" for k, e in p.inputs.items())
+        out.append(f"  {p.name}: step {p.step}" + (f", seeds {[s for s in seeds]}" if p.seeded else ", unseeded")
+                   + (f", inputs {ups}" if ups else ""))
+        out += [f"      {k} = {v}" for k, v in _flat(resolved(p.params))]
+    names = {v.name for v in spec.variants}
+    out.append(f"variants ({len(spec.variants)}; one task per variant x seed):")
+    for v in spec.variants:
+        ins = ", ".join(f"{k}<-{e}" for k, e in v.inputs.items())
+        out.append(f"  {v.name}: technique {v.technique}, role {v.role}, seeds {v.seeds}"
+                   + (f", inputs {ins}" if ins else ""))
+        out += [f"      {k} = {val}" for k, val in _flat(v.params_resolved)]
+    out.append(f"claims ({len(spec.claims)}):")
+    for c in spec.claims:
+        used = set()
+        for _cell, holds, _measured in c.expressions():
+            used |= referenced_variants(holds, f"claims.{c.name}")
+        missing = sorted(used - names)
+        state = "judged" if not missing else "not run (needs " + ", ".join(missing) + ")"
+        out.append(f"  {c.name} [{'gated' if c.gate else 'control'}; {state}]: {c.holds}"
+                   + (f" (over {', '.join(c.over)})" if c.over else ""))
+    return out
+
+
+def _flat(d, prefix: str = ""):
+    """``{"link": {"bandwidth": "1Gbps"}}`` -> ``[("link.bandwidth", "1Gbps")]``, values as YAML would write them."""
+    import json
+
+    for k, v in (d or {}).items():
+        if isinstance(v, dict) and v:
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+def dry_run(overrides: list[str], multirun: bool, out=None) -> None:
+    """``dtlab run ... --dry-run``: validate every job exactly as a run would and print what each
+    will run, then stop: no Ray, no MLflow run. A multirun lists every job's overrides and
+    describes the first in full (the others differ by their overrides)."""
+    from components.core.errors import ConfigError
+
+    out = out or sys.stdout
+    jobs = 0
+    try:
+        for job, cfg, spec in checked_jobs(overrides, multirun):
+            if jobs == 0:
+                print("\n".join(describe(job, cfg, spec)), file=out)
+                if multirun:
+                    print("jobs checked (an Optuna sweep: every bound and choice of its space; its trials are "
+                          "sampled when it runs):", file=out)
+            if multirun:
+                print(f"  #{jobs}: " + " ".join(job), file=out)
+            jobs += 1
+    except ConfigError as e:
+        _die(str(e))
+    print(f"dry run: {jobs} job(s) checked; nothing started (no Ray, no MLflow run)", file=out)

@@ -32,6 +32,12 @@ USAGE = __doc__.split("\n\n", 1)[1]
 def plan(args: list[str]) -> tuple[str, list[tuple[str, list[str]]], dict]:
     """(experiment, [(label, job overrides)], the tuned job's config): tuned first, then the
     selected perturbations; bad input is a ConfigError."""
+    exp, jobs, tuned_cfg, _ = plan_with_notes(args)
+    return exp, jobs, tuned_cfg
+
+
+def plan_with_notes(args: list[str]) -> tuple[str, list[tuple[str, list[str]]], dict, dict[str, list[str]]]:
+    """:func:`plan`, and per perturbation the variants whose own ``seeds`` it could not move."""
     from components.core.errors import ConfigError
     from pipelines import config
 
@@ -54,8 +60,38 @@ def plan(args: list[str]) -> tuple[str, list[tuple[str, list[str]]], dict]:
     chosen = [p for p in declared if not only or p in only]
     base = [a for a in overrides if not a.startswith("experiment=")]
     jobs = [(TUNED, [f"experiment={exp}", f"robustness={TUNED}", *base])]
-    jobs += [(p, [f"experiment={exp}", f"robustness={p}", *base, *declared[p]["overrides"]]) for p in chosen]
-    return exp, jobs, tuned_cfg
+    unmoved: dict[str, list[str]] = {}
+    for p in chosen:
+        job = [f"experiment={exp}", f"robustness={p}", *base, *declared[p]["overrides"]]
+        moves, unmoved[p] = seed_moves(tuned_cfg, config.compose(job))
+        jobs.append((p, job + moves))
+    return exp, jobs, tuned_cfg, {p: v for p, v in unmoved.items() if v}
+
+
+def seed_moves(tuned: dict, perturbed: dict) -> tuple[list[str], list[str]]:
+    """When a perturbation moves the experiment's seeds, the overrides that move the variants that
+    declare their own ``seeds`` too (each seed to the perturbed seed at its position in the
+    experiment's list: [0] of [0,1,2] -> [3] of [3,4,5]), and the variants it cannot move (a seed
+    not in the experiment's list, or a position the new list lacks)."""
+    from pipelines.dag import validate
+    from pipelines.experiment import overridden_keys
+
+    t_spec, p_spec = validate(tuned), validate(perturbed)
+    if t_spec.seeds == p_spec.seeds:
+        return [], []
+    raw = perturbed["experiment"].get("variants") or {}
+    set_here = overridden_keys(perturbed.get("_overrides"))
+    moves, unmoved = [], []
+    for base in dict.fromkeys(v.base for v in p_spec.variants):
+        if (raw.get(base) or {}).get("seeds") is None or f"variants.{base}.seeds" in set_here:
+            continue  # it follows the experiment's seeds, or the perturbation sets its seeds itself
+        own = next(v.seeds for v in p_spec.variants if v.base == base)
+        pos = [t_spec.seeds.index(s) if s in t_spec.seeds else None for s in own]
+        if any(i is None or i >= len(p_spec.seeds) for i in pos):
+            unmoved.append(base)
+            continue
+        moves.append(f"experiment.variants.{base}.seeds=[{','.join(str(p_spec.seeds[i]) for i in pos)}]")
+    return moves, unmoved
 
 
 def report(client, experiment: str, labels: list[str], since_ms: int) -> dict[str, Any]:
@@ -77,7 +113,8 @@ def report(client, experiment: str, labels: list[str], since_ms: int) -> dict[st
             entry = claims.setdefault(c.name, {"gate": c.gate, "outcomes": {}})
             entry["outcomes"][label] = {"status": outcome_status(c), "measured": c.measured}
     for entry in claims.values():
-        off = {k: v for k, v in entry["outcomes"].items() if k != TUNED and v["status"] != "not run"}
+        # judged off-tuned: a verdict (not "not run", not "inconclusive": inside its noise floor)
+        off = {k: v for k, v in entry["outcomes"].items() if k != TUNED and v["status"] not in ("not run", "inconclusive")}
         entry["tuned"] = entry["outcomes"].get(TUNED, {}).get("status", "not run")
         entry["held_off_tuned"], entry["judged_off_tuned"] = sum(v["status"] == "holds" for v in off.values()), len(off)
     return {"experiment": experiment, "perturbations": [lb for lb in labels if lb != TUNED],
@@ -85,8 +122,8 @@ def report(client, experiment: str, labels: list[str], since_ms: int) -> dict[st
             "missing": [lb for lb in labels if lb not in runs], "claims": claims}
 
 
-_SHORT = {"holds": "✓", "fails": "✗", "premise not met": "P✗", "not run": "–"}
-LEGEND = "✓ holds · ✗ fails · P✗ premise not met · – not run"
+_SHORT = {"holds": "✓", "fails": "✗", "inconclusive": "~", "premise not met": "P✗", "not run": "–"}
+LEGEND = "✓ holds · ✗ fails · ~ inconclusive (inside the noise floor) · P✗ premise not met · – not run"
 
 
 def print_report(rep: dict, console, why: dict[str, str] | None = None) -> None:
@@ -105,8 +142,10 @@ def print_report(rep: dict, console, why: dict[str, str] | None = None) -> None:
         cells = [f"[{_STYLE[o['status']]}]{_SHORT[o['status']]}[/]" if (o := e["outcomes"].get(lb)) else "[dim]–[/]"
                  for lb in labels]
         unmet = sum(o["status"] == "premise not met" for k, o in e["outcomes"].items() if k != TUNED)
+        noisy = sum(o["status"] == "inconclusive" for k, o in e["outcomes"].items() if k != TUNED)
         t.add_row(name + ("" if e["gate"] else " [dim](control)[/]"), *cells,
-                  f"{e['held_off_tuned']}/{e['judged_off_tuned']}" + (f" ({unmet} P✗)" if unmet else ""))
+                  f"{e['held_off_tuned']}/{e['judged_off_tuned']}" + (f" ({unmet} P✗)" if unmet else "")
+                  + (f" ({noisy} ~)" if noisy else ""))
     console.print(t)
     console.print(f"[dim]{LEGEND}[/]")
     for lb, text in (why or {}).items():
@@ -129,7 +168,7 @@ def cmd_robustness(args: list[str]) -> None:
     from pipelines.preflight import preflight
 
     try:
-        exp, jobs, cfg = plan(args)
+        exp, jobs, cfg, unmoved = plan_with_notes(args)
     except ConfigError as e:
         _die(str(e))
     for _, job in jobs:  # every job validated before the first one starts
@@ -139,6 +178,9 @@ def cmd_robustness(args: list[str]) -> None:
     failed, interrupted = [], False
     for label, job in jobs:
         console.print(f"[bold]robustness {exp}: {label}[/] ({' '.join(job[2:]) or 'the tuned configuration'})")
+        if unmoved.get(label):
+            console.print(f"[yellow]{label}: the seeds of {', '.join(unmoved[label])} are not moved (their own "
+                          "seeds are not positions of the experiment's seed list)[/]")
         GlobalHydra.instance().clear()
         argv = sys.argv
         try:
@@ -155,6 +197,7 @@ def cmd_robustness(args: list[str]) -> None:
     uri = resolve_tracking_uri(cfg["tracking"]["uri"])
     rep = report(MlflowClient(tracking_uri=uri), exp, [lb for lb, _ in jobs], since)
     rep["failed_jobs"] = failed
+    rep["unmoved_variants"] = unmoved
     declared = perturbations(cfg["experiment"])
     print_report(rep, console, {lb: declared[lb]["why"] for lb in rep["perturbations"] if declared[lb]["why"]})
     out = Path(cfg["runs_dir"]) / "reports" / f"robustness-{exp}-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -1,14 +1,23 @@
 """`dtlab scoreboard`: every experiment's claims in one table, read from MLflow.
 
 One row per claim of every experiment (conf/experiment/*.yaml): the paper's figure, the measured
-figure (with ± SE where it is a mean over seeds), holds / fails / premise not met / not run, the
-code version (``git.commit`` + ``git.dirty`` of the parent run) and date of the latest tuned parent
-run, a DEBUG marker for debug runs, and the off-tuned outcome (the newest run of each robustness
-perturbation) beside it. The same table goes to runs/reports/scoreboard.html (with each
-experiment's plots and a per-claim history sparkline over code versions) and, as an MLflow table
-artifact, to a ``scoreboard`` run in the ``dtlab-scoreboard`` experiment.
+figure labelled by name (with ± SE where it is a mean over seeds; a claim without ``measured:``
+shows its ``holds`` operands), holds / fails / premise not met / inconclusive / not run, the code
+version (``git.commit`` + ``git.dirty``) and date of the board run, and the off-tuned outcome (the
+newest run of each robustness perturbation) beside it.
 
-    dtlab scoreboard [--family F] [--experiment E] [--status S] [--json] [--no-mlflow] [KEY=VALUE ...]
+The board run of an experiment is its latest FINISHED full-flavour parent of the full variant set
+(runs_query.off_board): a debug run, an ``only=`` subset, a sweep trial or a run with
+``experiment.*`` overrides never replaces it; ``--include-debug`` shows the newest such run too,
+marked. A board run whose inputs (pipelines.inputs: config, imported components/ source, dtlab
+version) differ from this checkout's is marked stale, with the files that changed. Claims of
+``kind: accounting`` (true by construction) are counted apart from the headline.
+
+The same table goes to runs/reports/scoreboard.html (with each experiment's plots and a
+per-claim history sparkline over code versions) and, as an MLflow table artifact, to a
+``scoreboard`` run in the ``dtlab-scoreboard`` experiment.
+
+    dtlab scoreboard [--family F] [--experiment E] [--status S] [--include-debug] [--json] [--no-mlflow] [KEY=VALUE ...]
 """
 from __future__ import annotations
 
@@ -24,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from components.core.claims import STATUSES, ClaimOutcome, outcome_status
-from components.core.runs_query import parent_history, robustness_label
+from components.core.runs_query import off_board, parent_history, robustness_label
 from pipelines.preflight import _die
 
 SCOREBOARD_EXPERIMENT = "dtlab-scoreboard"
@@ -32,6 +41,8 @@ TUNED = "tuned"
 HISTORY_VERSIONS = 12          # code versions a sparkline shows (the newest)
 USAGE = __doc__.split("\n\n", 1)[1]
 _FIELDS = {f.name for f in dataclasses.fields(ClaimOutcome)}
+# the order statuses are counted and shown in; a status another version adds is counted after these
+SHOWN = ("holds", "fails", "premise not met", "inconclusive")
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf")
 
 
@@ -72,18 +83,25 @@ def _experiment_configs() -> dict[str, dict]:
 
 
 class _Artifacts:
-    """claims.json per run, read once."""
+    """claims.json, claim_operands.json and inputs.json per run, each read once."""
 
     def __init__(self, client):
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-        self.client, self._claims = client, {}
+        self.client, self._claims, self._json = client, {}, {}
 
     def claims(self, run_id: str) -> list[ClaimOutcome]:
         if run_id not in self._claims:
+            self._claims[run_id] = claim_outcomes(self.json(run_id, "claims.json") or [])
+        return self._claims[run_id]
+
+    def json(self, run_id: str, path: str) -> Any:
+        """A JSON artifact of the run, None when it has none."""
+        if (run_id, path) not in self._json:
             from pipelines.compare import _read_artifact
 
-            self._claims[run_id] = claim_outcomes(json.loads(_read_artifact(self.client, run_id, "claims.json") or b"[]"))
-        return self._claims[run_id]
+            raw = _read_artifact(self.client, run_id, path)
+            self._json[run_id, path] = json.loads(raw) if raw else None
+        return self._json[run_id, path]
 
 
 def _history(runs: list, name: str, art: _Artifacts) -> list[dict]:
@@ -99,7 +117,7 @@ def _history(runs: list, name: str, art: _Artifacts) -> list[dict]:
         c = next((c for c in art.claims(r.info.run_id) if c.name == name), None)
         points.append({"version": version, "date": _date(r), "status": outcome_status(c) if c else "not run",
                        "measured": c.measured if c else "", "value": first_number(c.measured) if c else None,
-                       "debug": r.data.tags.get("debug") == "True"})
+                       "debug": bool(off_board(r))})
     return points
 
 
@@ -107,11 +125,103 @@ def _date(run) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.gmtime(run.info.start_time / 1000))
 
 
+def board_run(runs: list, art: _Artifacts, flavour: str = "full") -> Any:
+    """The newest FINISHED board run (the flavour, full variant set, no experiment overrides) of
+    the tuned configuration that judged its claims; None when there is none."""
+    return next((r for r in runs if r.info.status == "FINISHED" and robustness_label(r) in ("", TUNED)
+                 and not off_board(r, flavour) and art.claims(r.info.run_id)), None)
+
+
+def current_inputs(experiment: str, flavour: str = "full"):
+    """This checkout's inputs of the experiment's configuration in ``flavour``; None for an
+    experiment with no config here (or one that no longer validates)."""
+    from components.core.errors import ConfigError
+    from pipelines import config
+    from pipelines.inputs import of_config
+
+    if experiment not in config.experiment_names():
+        return None
+    try:
+        return of_config(config.compose([f"experiment={experiment}"] + (["debug=true"] if flavour == "debug" else [])))
+    except ConfigError:
+        return None
+
+
+def staleness(run, art: _Artifacts, current) -> list[str] | None:
+    """Why the run's inputs are not this checkout's ([] when they are; None when it cannot be told)."""
+    from pipelines.inputs import HASH_TAG, Inputs, changed
+
+    if current is None:
+        return None
+    digest = run.data.tags.get(HASH_TAG)
+    if not digest:
+        return ["inputs not recorded (a run from before input hashes)"]
+    if digest == current.digest:
+        return []
+    recorded = art.json(run.info.run_id, "inputs.json")
+    return changed(Inputs.from_json(recorded) if recorded else Inputs(digest, "", ""), current)
+
+
+def claim_rows(exp: str, fam: str, cfg: dict, run, art: _Artifacts, perturbed: dict[str, Any], history_runs: list,
+               stale: list[str] | None, board: bool, flavour: str = "full") -> list[dict]:
+    """One row per claim (the YAML's order, then claims only the run judged) of one run (None: not run)."""
+    from pipelines.figures import ARTIFACT, operands_text
+    from pipelines.live import claim_defs, measured_text
+
+    claims = art.claims(run.info.run_id) if run else []
+    by_name = {c.name: c for c in claims}
+    yaml_claims = cfg.get("claims") or {}
+    defs = claim_defs(yaml_claims)
+    ops = (art.json(run.info.run_id, ARTIFACT) or {}) if run else {}
+    rows = []
+    for name in dict.fromkeys([*yaml_claims, *by_name]):
+        c, y = by_name.get(name), yaml_claims.get(name) or {}
+        labelled = ""
+        if c is not None and not c.skipped:
+            labelled = measured_text(c, defs.get(name)) if y.get("measured") else operands_text(ops.get(name))
+            labelled = labelled or c.measured_pm or c.measured
+        pdef = defs.get(f"{name}.premise")
+        premise_measured = c.premise_measured if c else ""
+        if c is not None and premise_measured and pdef is not None and pdef.measured and not c.cells:
+            from pipelines.live import labelled as _lab
+
+            premise_measured = _lab(pdef.measured, premise_measured).replace("\n", "; ")
+        rows.append({
+            "experiment": exp, "family": fam, "claim": name, "gate": bool(c.gate if c else y.get("gate", True)),
+            "kind": str(y.get("kind", "empirical")),
+            "paper": (c.paper if c and c.paper else str(y.get("paper", ""))),
+            "measured_label": str(y.get("measured") or y.get("holds") or ""),
+            "holds_expr": str(y.get("holds") or ""),
+            "measured": (c.measured_pm or c.measured) if c else "",
+            "measured_labelled": labelled,
+            "status": outcome_status(c) if c else "not run",
+            "premise": c.premise if c and c.premise else str(y.get("premise") or ""),
+            "premise_holds": c.premise_holds if c else None,
+            "premise_measured": premise_measured,
+            "error": c.error if c else "",
+            "code_version": code_version(run) if run else "",
+            "git_commit": run.data.tags.get("git.commit", "") if run else "",
+            "git_dirty": run.data.tags.get("git.dirty", "") if run else "",
+            "date": _date(run) if run else "", "debug": bool(run and off_board(run) == "debug"),
+            "board": board, "off_board": off_board(run, flavour) if run else "", "stale": stale,
+            "run_id": run.info.run_id if run else "", "run_name": run.info.run_name if run else "",
+            "off_tuned": _off_tuned(name, perturbed, art),
+            "history": _history(history_runs, name, art) if history_runs else [],
+        })
+    return rows
+
+
 def collect(client, experiments: list[str] | None = None, family: str | None = None,
-            status: str | None = None) -> tuple[list[dict], dict[str, Any]]:
-    """(rows, latest tuned parent run per experiment: the newest ended one with claims.json, FAILED
-    included, since its claims were judged). A claim the YAML names but no run judged is "not run";
-    an experiment never run shows every claim "not run"."""
+            status: str | None = None, include_debug: bool = False, current=None,
+            flavour: str = "full") -> tuple[list[dict], dict[str, Any]]:
+    """(rows, board run per experiment). A claim the YAML names but no board run judged is "not run";
+    an experiment never run shows every claim "not run". ``include_debug`` adds the rows of each
+    experiment's newest run that cannot be a board run (debug, ``only=``, overrides), marked
+    ``board: False``. ``current(experiment)`` gives this checkout's inputs (stale marking; default
+    :func:`current_inputs`). ``flavour="debug"``: a board of debug runs (reproduce's test flavour)."""
+    if current is None:
+        def current(e: str):
+            return current_inputs(e, flavour)
     configs = _experiment_configs()
     histories = {h.experiment.name: h for h in parent_history(client)}
     names = sorted(set(configs) | set(histories))
@@ -126,44 +236,25 @@ def collect(client, experiments: list[str] | None = None, family: str | None = N
         cfg = configs.get(exp, {})
         hist = histories.get(exp)
         runs = hist.runs if hist else []
-        tuned = [r for r in runs if robustness_label(r) in ("", TUNED)]
-        # the newest tuned run that judged its claims (one killed before its report has no claims.json)
-        run = next((r for r in tuned if art.claims(r.info.run_id)), None)
+        run = board_run(runs, art, flavour)
         fam = (run.data.tags.get("family") if run else None) or str(cfg.get("family", ""))
         if family and fam != family:
             continue
         perturbed: dict[str, Any] = {}
         for r in runs:
             label = robustness_label(r)
-            if label not in ("", TUNED):
+            if label not in ("", TUNED) and r.info.status == "FINISHED" and (include_debug or not off_board(r, flavour)):
                 perturbed.setdefault(label, r)
-        claims = art.claims(run.info.run_id) if run else []
-        by_name = {c.name: c for c in claims}
-        yaml_claims = cfg.get("claims") or {}
-        order = list(dict.fromkeys([*yaml_claims, *by_name]))
+        eligible = [r for r in runs if robustness_label(r) in ("", TUNED) and not off_board(r, flavour)]
+        stale = staleness(run, art, current(exp)) if run is not None else None
         if run is not None:
             latest[exp] = run
-        for name in order:
-            c, y = by_name.get(name), yaml_claims.get(name) or {}
-            row = {
-                "experiment": exp, "family": fam, "claim": name, "gate": bool(c.gate if c else y.get("gate", True)),
-                "paper": (c.paper if c and c.paper else str(y.get("paper", ""))),
-                "measured_label": str(y.get("measured") or y.get("holds") or ""),
-                "measured": (c.measured_pm or c.measured) if c else "",
-                "status": outcome_status(c) if c else "not run",
-                "premise": c.premise if c and c.premise else str(y.get("premise") or ""),
-                "premise_holds": c.premise_holds if c else None,
-                "premise_measured": c.premise_measured if c else "",
-                "error": c.error if c else "",
-                "code_version": code_version(run) if run else "",
-                "git_commit": run.data.tags.get("git.commit", "") if run else "",
-                "git_dirty": run.data.tags.get("git.dirty", "") if run else "",
-                "date": _date(run) if run else "", "debug": bool(run and run.data.tags.get("debug") == "True"),
-                "run_id": run.info.run_id if run else "", "run_name": run.info.run_name if run else "",
-                "off_tuned": _off_tuned(name, perturbed, art),
-                "history": _history(tuned, name, art) if tuned else [],
-            }
-            rows.append(row)
+        rows += claim_rows(exp, fam, cfg, run, art, perturbed, eligible, stale, board=True, flavour=flavour)
+        if include_debug:
+            other = next((r for r in runs if robustness_label(r) in ("", TUNED) and off_board(r, flavour)
+                          and art.claims(r.info.run_id) and (run is None or r.info.start_time > run.info.start_time)), None)
+            if other is not None:
+                rows += claim_rows(exp, fam, cfg, other, art, {}, [], None, board=False, flavour=flavour)
     if status:
         rows = [r for r in rows if r["status"] == status]
     return rows, latest
@@ -175,7 +266,7 @@ def _off_tuned(name: str, perturbed: dict[str, Any], art: _Artifacts) -> dict:
     for label, r in sorted(perturbed.items()):
         c = next((c for c in art.claims(r.info.run_id) if c.name == name), None)
         per[label] = {"status": outcome_status(c) if c else "not run", "measured": c.measured if c else "",
-                      "code_version": code_version(r), "debug": r.data.tags.get("debug") == "True"}
+                      "code_version": code_version(r), "debug": bool(off_board(r))}
     judged = [p for p in per.values() if p["status"] != "not run"]
     return {"perturbations": per, "held": sum(p["status"] == "holds" for p in judged), "judged": len(judged)}
 
@@ -188,28 +279,59 @@ def off_tuned_text(off: dict) -> str:
         f" · {k}: {v['status']}" for k, v in off["perturbations"].items() if v["status"] != "holds")
 
 
+def counts(rows: list[dict]) -> dict[str, Any]:
+    """Gated claims of board rows by status, empirical and accounting apart (every status counted,
+    one another version adds too)."""
+    judged = [r for r in rows if r["gate"] and r["board"] and r["status"] != "not run"]
+    out: dict[str, Any] = {}
+    for kind in ("empirical", "accounting"):
+        mine = [r for r in judged if r["kind"] == kind]
+        seen = list(dict.fromkeys([*SHOWN, *(r["status"] for r in mine)]))
+        out[kind] = {"judged": len(mine), **{s: sum(r["status"] == s for r in mine) for s in seen}}
+    return out
+
+
+def counts_text(c: dict[str, Any]) -> str:
+    e, a = c["empirical"], c["accounting"]
+    parts = " · ".join(f"{e[s]} {s}" for s in e if s != "judged")
+    text = f"{e['judged']} gated claims judged: {parts}"
+    if a["judged"]:
+        text += f"; accounting checks (true by construction): {a.get('holds', 0)}/{a['judged']} hold"
+    return text
+
+
 # ----------------------------------------------------------------------------------------- output
-_STYLE = {"holds": "green", "fails": "red", "premise not met": "yellow", "not run": "dim"}
-_COLOR = {"holds": "#1a7f37", "fails": "#c62828", "premise not met": "#b26a00", "not run": "#999"}
+_STYLE = {"holds": "green", "fails": "red", "premise not met": "yellow", "inconclusive": "cyan", "not run": "dim"}
+_COLOR = {"holds": "#1a7f37", "fails": "#c62828", "premise not met": "#b26a00", "inconclusive": "#0b6e99",
+          "not run": "#999"}
+
+
+def _style(status: str) -> str:
+    return _STYLE.get(status, "magenta")
 
 
 def print_table(rows: list[dict], console) -> None:
-    """One table per experiment that ran (titled with its code version, date, DEBUG marker), then a
-    line naming the experiments never run; the totals count gated claims."""
+    """One table per experiment run (titled with its code version, date, STALE / DEBUG markers),
+    then a line naming the experiments never run; the totals count gated claims of board runs."""
+    from rich.markup import escape
     from rich.table import Table
 
-    gated = [r for r in rows if r["gate"] and r["status"] != "not run"]
-    counts = " · ".join(f"{sum(r['status'] == s for r in gated)} {s}" for s in STATUSES[:3])
-    console.print(f"[bold]dtlab scoreboard[/]: {len(gated)} gated claims judged: {counts}")
+    console.print(f"[bold]dtlab scoreboard[/]: {counts_text(counts(rows))}")
     never = []
-    for exp in dict.fromkeys(r["experiment"] for r in rows):
-        mine = [r for r in rows if r["experiment"] == exp]
-        if not mine[0]["run_id"]:
+    groups = dict.fromkeys((r["experiment"], r["run_id"], r["board"]) for r in rows)
+    for exp, run_id, board in groups:
+        mine = [r for r in rows if (r["experiment"], r["run_id"], r["board"]) == (exp, run_id, board)]
+        if not run_id:
             never.append(f"{exp} ({len(mine)})")
             continue
         r0 = mine[0]
-        t = Table(title=f"{exp} · {r0['code_version']} · {r0['date']} UTC" + (" · [bold magenta]DEBUG[/]" if r0["debug"] else ""),
-                  show_lines=True, title_justify="left")
+        title = f"{exp} · {r0['code_version']} · {r0['date']} UTC"
+        if not board:
+            title += f" · [bold magenta]NOT ON THE BOARD ({escape(r0['off_board'])})[/]"
+        elif r0["stale"]:
+            title += " · [bold yellow]STALE[/] (changed since: " + escape(", ".join(r0["stale"][:6])) + \
+                     (f", +{len(r0['stale']) - 6} more" if len(r0["stale"]) > 6 else "") + ")"
+        t = Table(title=title, show_lines=True, title_justify="left")
         t.add_column("claim", no_wrap=True)
         t.add_column("status", no_wrap=True)
         t.add_column("measured", ratio=2)
@@ -217,13 +339,15 @@ def print_table(rows: list[dict], console) -> None:
         if any(r["off_tuned"]["perturbations"] for r in mine):
             t.add_column("off-tuned", ratio=1)
         for r in mine:
-            mark = f"[{_STYLE[r['status']]}]{r['status']}[/]" + ("" if r["gate"] else "\n[dim](control)[/]")
-            measured = f"{r['measured']}\n[dim]{r['measured_label']}[/]" if r["measured"] else "[dim]–[/]"
+            mark = f"[{_style(r['status'])}]{r['status']}[/]" + ("" if r["gate"] else "\n[dim](control)[/]")
+            if r["kind"] == "accounting":
+                mark += "\n[dim](accounting)[/]"
+            measured = escape(r["measured_labelled"]) if r["measured_labelled"] else "[dim]–[/]"
             if r["premise"]:
                 p = {True: "met", False: "NOT MET", None: "unknown"}[r["premise_holds"]]
-                measured += (f"\n[dim]premise {p}: {r['premise']}"
-                             + (f" = {r['premise_measured']}" if r["premise_measured"] else "") + "[/]")
-            cells = [r["claim"], mark, measured, r["paper"]]
+                measured += (f"\n[dim]premise {p}: {escape(r['premise'])}"
+                             + (f" = {escape(r['premise_measured'])}" if r["premise_measured"] else "") + "[/]")
+            cells = [r["claim"], mark, measured, escape(r["paper"])]
             if len(t.columns) > 4:
                 cells.append(off_tuned_text(r["off_tuned"]))
             t.add_row(*cells)
@@ -250,21 +374,27 @@ def sparkline(points: list[dict], width: int = 140, height: int = 28) -> str:
         parts.append(f"<polyline fill='none' stroke='#888' stroke-width='1' points='{' '.join(line)}'/>")
     for x, y, p in zip(xs, ys, points):
         tip = html.escape(f"{p['version']} {p['date']}{' DEBUG' if p['debug'] else ''}: {p['status']} · {p['measured']}")
-        parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3.5' fill='{_COLOR[p['status']]}'><title>{tip}</title></circle>")
+        colour = _COLOR.get(p["status"], "#a0a")
+        parts.append(f"<circle cx='{x:.1f}' cy='{y:.1f}' r='3.5' fill='{colour}'><title>{tip}</title></circle>")
     parts.append("</svg>")
     return "".join(parts)
 
 
-def write_html(rows: list[dict], plots: dict[str, list[tuple[str, bytes]]], path: Path, uri: str) -> Path:
+def write_html(rows: list[dict], plots: dict[str, list[tuple[str, bytes]]], path: Path, uri: str,
+               summary_html: str = "") -> Path:
+    """The page: counts, ``summary_html`` (RESULTS.md's summary, when reproduce writes it), the claim
+    table (figures labelled; STALE, NOT ON THE BOARD and accounting marked), the plots."""
     e = html.escape
     out = ["<!doctype html><meta charset='utf-8'><title>dtlab scoreboard</title><style>"
            "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
            "td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px;vertical-align:top}th{background:#f3f3f3}"
            ".holds{color:#1a7f37;font-weight:bold}.fails{color:#c62828;font-weight:bold}"
            ".premise-not-met{color:#b26a00;font-weight:bold}.not-run{color:#999}.debug{color:#a0a;font-weight:bold}"
+           ".inconclusive{color:#0b6e99;font-weight:bold}.stale{color:#b26a00}"
            "code{font-size:12px;color:#555}img.plot{max-width:560px;margin:4px;border:1px solid #eee}</style>",
            f"<h1>dtlab scoreboard</h1><p>Tracking store: <code>{e(uri)}</code> · written "
-           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}</p>",
+           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}</p><p id='counts'>{e(counts_text(counts(rows)))}</p>",
+           summary_html,
            "<table id='scoreboard'><tr><th>experiment</th><th>claim</th><th>status</th><th>paper</th>"
            "<th>measured</th><th>off-tuned</th><th>history (per code version)</th><th>code</th><th>date</th></tr>"]
     never: dict[str, int] = {}
@@ -279,10 +409,13 @@ def write_html(rows: list[dict], plots: dict[str, list[tuple[str, bytes]]], path
             premise = f"<br><small>premise {p}: <code>{e(r['premise'])}</code> {e(r['premise_measured'])}</small>"
         out.append(
             f"<tr class='row row-{cls}'><td>{e(r['experiment'])}</td><td>{e(r['claim'])}"
-            f"{'' if r['gate'] else ' <small>(control)</small>'}</td><td class='{cls}'>{e(r['status'])}</td>"
-            f"<td>{e(r['paper'])}</td><td><code>{e(r['measured_label'])}</code><br>{e(r['measured'])}{premise}</td>"
+            f"{'' if r['gate'] else ' <small>(control)</small>'}"
+            f"{' <small>(accounting)</small>' if r['kind'] == 'accounting' else ''}</td><td class='{cls}'>{e(r['status'])}</td>"
+            f"<td>{e(r['paper'])}</td><td>{e(r['measured_labelled'] or r['measured']).replace(chr(10), '<br>')}{premise}</td>"
             f"<td>{e(off_tuned_text(r['off_tuned']))}</td><td>{sparkline(r['history'])}</td>"
-            f"<td>{e(r['code_version'])}{' <span class=debug>DEBUG</span>' if r['debug'] else ''}</td>"
+            f"<td>{e(r['code_version'])}{' <span class=debug>DEBUG</span>' if r['debug'] else ''}"
+            f"{'' if r['board'] else ' <span class=debug>NOT ON THE BOARD: ' + e(r['off_board']) + '</span>'}"
+            f"{' <span class=stale>STALE: ' + e(', '.join(r['stale'])) + '</span>' if r['board'] and r['stale'] else ''}</td>"
             f"<td>{e(r['date'])}</td></tr>")
     out.append("</table>")
     if never:
@@ -309,16 +442,18 @@ def write_html(rows: list[dict], plots: dict[str, list[tuple[str, bytes]]], path
 
 def table_columns(rows: list[dict]) -> dict[str, list]:
     """The flat table logged to MLflow (one column per field; nested fields as text)."""
-    cols = ["experiment", "family", "claim", "gate", "status", "paper", "measured_label", "measured", "premise",
-            "premise_holds", "code_version", "git_commit", "git_dirty", "date", "debug", "run_id"]
+    cols = ["experiment", "family", "claim", "gate", "kind", "status", "paper", "measured_label", "measured",
+            "measured_labelled", "premise", "premise_holds", "code_version", "git_commit", "git_dirty", "date", "debug",
+            "board", "off_board", "stale", "run_id"]
     data = {c: [r[c] if not isinstance(r[c], (dict, list)) else json.dumps(r[c]) for r in rows] for c in cols}
     data["premise_holds"] = ["" if v is None else str(v) for v in data["premise_holds"]]
     data["off_tuned"] = [off_tuned_text(r["off_tuned"]) for r in rows]
     return data
 
 
-def log_to_mlflow(client, rows: list[dict], html_path: Path | None) -> str:
-    """A ``scoreboard`` run (tag dtlab.kind=scoreboard) holding the table as an MLflow table artifact."""
+def log_to_mlflow(client, rows: list[dict], html_path: Path | None, extra: list[Path] = ()) -> str:
+    """A ``scoreboard`` run (tag dtlab.kind=scoreboard) holding the table as an MLflow table artifact,
+    the HTML page and ``extra`` files (RESULTS.md when reproduce writes it)."""
     from mlflow.entities import Metric
 
     from components.core.provenance import reproducibility_tags
@@ -330,11 +465,14 @@ def log_to_mlflow(client, rows: list[dict], html_path: Path | None) -> str:
     rid = run.info.run_id
     try:
         client.log_table(rid, data=table_columns(rows), artifact_file="scoreboard.json")
-        counts = {s: sum(r["status"] == s for r in rows if r["gate"]) for s in STATUSES}
         now = int(time.time() * 1000)
-        client.log_batch(rid, metrics=[Metric(f"claims.{s.replace(' ', '_')}", v, now, 0) for s, v in counts.items()])
-        if html_path is not None:
-            client.log_artifact(rid, str(html_path))
+        c = counts(rows)
+        metrics = [Metric(f"claims.{s.replace(' ', '_')}", v, now, 0) for s, v in c["empirical"].items() if s != "judged"]
+        metrics += [Metric(f"accounting.{s.replace(' ', '_')}", v, now, 0) for s, v in c["accounting"].items()
+                    if s != "judged"]
+        client.log_batch(rid, metrics=metrics)
+        for f in ([html_path] if html_path is not None else []) + list(extra):
+            client.log_artifact(rid, str(f))
         client.set_terminated(rid, "FINISHED")
     except BaseException:
         client.set_terminated(rid, "FAILED")
@@ -343,30 +481,33 @@ def log_to_mlflow(client, rows: list[dict], html_path: Path | None) -> str:
 
 
 def scoreboard(uri: str, out_dir: str | Path, experiments: list[str] | None = None, family: str | None = None,
-               status: str | None = None, console=None, as_json: bool = False, mlflow_run: bool = True) -> dict:
+               status: str | None = None, console=None, as_json: bool = False, mlflow_run: bool = True,
+               include_debug: bool = False, summary_html: str = "", extra: list[Path] = (), current=None,
+               flavour: str = "full") -> dict:
     """Collect, print (or JSON), write the HTML page and log the MLflow table; what was written."""
     from mlflow.tracking import MlflowClient
 
     from pipelines.compare import _pngs
 
     client = MlflowClient(tracking_uri=uri)
-    rows, latest = collect(client, experiments, family, status)
+    rows, latest = collect(client, experiments, family, status, include_debug=include_debug, current=current,
+                           flavour=flavour)
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
     elif console is not None:
         print_table(rows, console)
     shown = dict.fromkeys(r["experiment"] for r in rows)
     plots = {exp: _pngs(client, latest[exp].info.run_id) for exp in shown if exp in latest}
-    path = write_html(rows, plots, Path(out_dir) / "scoreboard.html", uri)
-    run_id = log_to_mlflow(client, rows, path) if mlflow_run else ""
+    path = write_html(rows, plots, Path(out_dir) / "scoreboard.html", uri, summary_html)
+    run_id = log_to_mlflow(client, rows, path, extra) if mlflow_run else ""
     return {"rows": rows, "html": str(path), "mlflow_run_id": run_id}
 
 
 def parse_args(args: list[str]) -> dict:
-    """Flags (``--family F``, ``--experiment E[,E]``, ``--status S``, ``--json``, ``--no-mlflow``) and
-    config overrides (``runs_dir=...``, ``tracking=...``)."""
+    """Flags (``--family F``, ``--experiment E[,E]``, ``--status S``, ``--include-debug``, ``--json``,
+    ``--no-mlflow``) and config overrides (``runs_dir=...``, ``tracking=...``)."""
     opts: dict[str, Any] = {"family": None, "experiments": [], "status": None, "json": False, "mlflow": True,
-                            "overrides": []}
+                            "include_debug": False, "overrides": []}
     i = 0
     while i < len(args):
         a = args[i]
@@ -383,13 +524,16 @@ def parse_args(args: list[str]) -> dict:
                 opts["experiments"] += [v for v in value.split(",") if v]
             else:
                 value = value.replace("-", " ").replace("_", " ")
-                if value not in STATUSES:
-                    _die(f"--status={value!r}: one of " + ", ".join(STATUSES))
+                allowed = list(dict.fromkeys([*STATUSES, *SHOWN]))
+                if value not in allowed:
+                    _die(f"--status={value!r}: one of " + ", ".join(allowed))
                 opts["status"] = value
         elif a == "--json":
             opts["json"] = True
         elif a == "--no-mlflow":
             opts["mlflow"] = False
+        elif a == "--include-debug":
+            opts["include_debug"] = True
         elif "=" in a and not a.startswith("-"):
             opts["overrides"].append(a)
         else:
@@ -410,7 +554,8 @@ def cmd_scoreboard(args: list[str]) -> None:
     uri, _, cfg = _tracking_uri(opts["overrides"])
     try:
         out = scoreboard(uri, os.path.join(cfg["runs_dir"], "reports"), opts["experiments"] or None, opts["family"],
-                         opts["status"], console=Console(), as_json=opts["json"], mlflow_run=opts["mlflow"])
+                         opts["status"], console=Console(), as_json=opts["json"], mlflow_run=opts["mlflow"],
+                         include_debug=opts["include_debug"])
     except ValueError as e:
         _die(str(e))
     if not opts["json"]:

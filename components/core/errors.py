@@ -12,6 +12,11 @@ class ConfigError(ValueError):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key}={value!r}: {allowed}")
 
+    def __reduce__(self):
+        # args holds the formatted message, not the constructor's arguments: rebuild from the fields so
+        # the error survives pickling (a check failing inside a Ray task keeps its one line)
+        return type(self), (self.key, self.value, self.allowed), self.__dict__ or None
+
 
 def require(ok: bool, key: str, value: object, allowed: str) -> None:
     """Raise ConfigError(key, value, allowed) unless ``ok``."""

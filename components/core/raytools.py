@@ -1,18 +1,28 @@
 """Ray helpers: authentication, a running local head, embedded Ray or a cluster, from `cluster`.
 
 Safe by default: Ray's token authentication is on unless ``cluster.auth_mode: disabled`` (Ray
-2.60 binds its GCS, raylets and agents to the machine's routable address whatever the node IP
-says, so the token is the control that works). The token is one file, ``~/.ray/auth_token`` (or
+2.60 binds its GCS, raylets and agents to the machine's routable address whatever
+``--node-ip-address`` says, and its metrics port to 0.0.0.0, so the token is the control that works;
+only Ray's single-machine mode, which `dtlab up` uses, puts them all on 127.0.0.1: see
+pipelines/cluster.py; the metrics port has no token in any mode). The token is one file, ``~/.ray/auth_token`` (or
 ``RAY_AUTH_TOKEN_PATH``), created once here with mode 0600 before Ray would write it 0644; the
 driver, its workers, Ray Train and Serve, and ``ray`` CLI calls with ``RAY_AUTH_MODE=token`` all
 read it.
+
+A local head (`dtlab up`) is attached to only when it was started from this checkout and this
+environment (repo root and ``sys.prefix``, recorded in ``<Ray temp dir>/dtlab-head.json``): its
+workers import this checkout's code with this interpreter. Any other head on the machine is
+refused with one line, unless ``cluster.attach=any`` (or ``RAY_ADDRESS`` / ``cluster.address``)
+asks for it.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +30,9 @@ from typing import Any
 from components.core.errors import ConfigError
 
 AUTH_MODES = ("token", "disabled")
+ATTACH = (True, False, "any")
+HEAD_FILE = "dtlab-head.json"  # in Ray's temp dir: what `dtlab up` started (pid, address, checkout, env)
+ROOT = Path(__file__).resolve().parents[2]
 log = logging.getLogger("dtlab.ray")
 _warned: set[str] = set()
 
@@ -92,11 +105,16 @@ def check_cluster(cluster: dict[str, Any]) -> None:
     mode = cluster.get("auth_mode")
     if mode not in (None, "", *AUTH_MODES):
         raise ConfigError("cluster.auth_mode", mode, " or ".join(AUTH_MODES))
-    if not isinstance(cluster.get("attach", True), bool):
-        raise ConfigError("cluster.attach", cluster.get("attach"), "true or false")
+    attach = cluster.get("attach", True)
+    if not any(attach is a or (isinstance(a, str) and attach == a) for a in ATTACH):
+        raise ConfigError("cluster.attach", attach, "true (a `dtlab up` head of this checkout), false (always "
+                          "embedded) or any (whatever local head is up)")
     n = cluster.get("num_cpus")
     if n is not None and not (isinstance(n, (int, float)) and not isinstance(n, bool) and n > 0):
         raise ConfigError("cluster.num_cpus", n, "null (every core) or a positive number")
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():  # where init_ray would go: another checkout's head is refused here
+        attach_target(cluster)
 
 
 def ray_temp_dir() -> Path:
@@ -121,6 +139,82 @@ def local_head(temp_dir: Path | None = None, timeout_s: float = 0.25) -> str | N
     return address
 
 
+def this_environment() -> dict[str, str]:
+    """What a head must share with a driver that attaches to it: the checkout (repo root) its
+    workers import and the environment (``sys.prefix``) whose interpreter and packages run them."""
+    return {"checkout": str(ROOT), "python": str(Path(sys.prefix).resolve())}
+
+
+def head_record(address: str | None, temp_dir: Path | None = None) -> dict[str, Any] | None:
+    """The record `dtlab up` wrote for the head at ``address`` (pid, checkout, python, commit, ...),
+    or None when that head was not started by `dtlab up` (or ``address`` is None)."""
+    try:
+        rec = json.loads(((temp_dir or ray_temp_dir()) / HEAD_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if address and isinstance(rec, dict) and rec.get("address") == address else None
+
+
+def describe_head(rec: dict[str, Any] | None) -> str:
+    """``checkout X (python Y)`` of a head record, or why there is none."""
+    if rec is None:
+        return "not started by `dtlab up` (its checkout and environment are unknown)"
+    return f"from checkout {rec.get('checkout', '?')} (python {rec.get('python', '?')})"
+
+
+def attach_target(cluster: dict[str, Any]) -> tuple[str | None, str]:
+    """Where init_ray connects, decided before Ray starts: ``(address, how)``.
+
+    ``how`` is ``connected`` (``cluster.address`` or ``RAY_ADDRESS``), ``attached`` (a running local
+    head of this checkout and environment, or any local head with ``cluster.attach=any``) or
+    ``embedded`` (address None: no head, or ``cluster.attach=false``). A local head started from
+    another checkout or environment, or not by `dtlab up`, raises ConfigError naming both sides:
+    its workers would run that checkout's code with that interpreter under this run's provenance.
+    """
+    explicit = cluster.get("address") or os.environ.get("RAY_ADDRESS") or None
+    if explicit:
+        return explicit, "connected"
+    attach = cluster.get("attach", True)
+    if attach is False:
+        return None, "embedded"
+    address = local_head()
+    if address is None:
+        return None, "embedded"
+    rec = head_record(address)
+    mine = this_environment()
+    if attach == "any" or (rec is not None and all(rec.get(k) == v for k, v in mine.items())):
+        return address, "attached"
+    raise ConfigError("cluster.attach", attach,
+                      f"the local Ray head at {address} is {describe_head(rec)}, this run is checkout "
+                      f"{mine['checkout']} (python {mine['python']}); cluster.attach=any attaches to it anyway, "
+                      "cluster.attach=false starts an embedded Ray for this run")
+
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode, every address 127.0.0.1
+
+
+def single_machine_mode() -> None:
+    """Put this process's Ray in the single-machine mode a loopback-only `dtlab up` head runs in.
+
+    Ray turns a loopback bootstrap address (``127.0.0.1:6379``) into this machine's routable
+    address unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``; a head bound to 127.0.0.1 is then
+    unreachable ("Failed to connect to GCS at address 192.0.2.2:6379"). Ray reads the variable when
+    it is imported, so the constant it set is changed too; workers inherit the variable."""
+    os.environ[LOOPBACK_ENV] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+
+
+def head_tags(rec: dict[str, Any] | None) -> dict[str, str]:
+    """The parent run's record of the head it ran on: its checkout, environment and code version
+    (the commit its checkout was at when `dtlab up` started it)."""
+    if rec is None:
+        return {}
+    return {"ray.head.checkout": str(rec.get("checkout", "unknown")), "ray.head.python": str(rec.get("python", "unknown")),
+            "ray.head.commit": str(rec.get("commit", "unknown")), "ray.head.dirty": str(rec.get("dirty", "unknown"))}
+
+
 def log_level(cluster: dict[str, Any]) -> str:
     """Ray's and Ray Serve's log level on the driver: ``cluster.logging_level`` (WARNING), INFO
     when the run is verbose (``verbose=true`` sets ``DTLAB_VERBOSE``)."""
@@ -141,15 +235,59 @@ def pin_ray_address() -> None:
     os.environ.setdefault("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
 
 
+TRAIN_PG_CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.placement_group_cleaner"
+
+
+class _OnceFilter(logging.Filter):
+    """Let the first record whose message starts with ``prefix`` through (with ``note`` appended),
+    drop the repeats; other records pass."""
+
+    def __init__(self, prefix: str, note: str):
+        super().__init__()
+        self.prefix, self.note, self.seen = prefix, note, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.prefix):
+            return True
+        if self.seen:
+            return False
+        self.seen = True
+        record.msg = f"{record.msg} {self.note}"
+        return True
+
+
+def quiet_train_cleaner() -> None:
+    """Ray Train's PlacementGroupCleaner (a detached actor per training run) asks the state API every
+    check interval whether the Train controller lives, and logs a WARNING each time that fails. The
+    state API is served by the dashboard, so in a session without one (``include_dashboard=false``:
+    the tests, the benchmarks) every check fails: 145 identical lines in one duo run. Its first
+    warning is kept, with what it means; the repeats are dropped, unless the run is verbose."""
+    if os.environ.get("DTLAB_VERBOSE", "").lower() in ("1", "true", "yes"):
+        return
+    logger = logging.getLogger(TRAIN_PG_CLEANER_LOGGER)
+    if not any(isinstance(f, _OnceFilter) for f in logger.filters):
+        logger.addFilter(_OnceFilter("Failed to query Ray Train Controller actor state",
+                                     "(repeats dropped: the state API needs the dashboard; without it the cleaner "
+                                     "cannot tell whether the controller lives. verbose=true shows every one)"))
+
+
+def worker_setup() -> None:
+    """Every worker's setup hook (``worker_process_setup_hook``): the cluster's address pinned
+    (:func:`pin_ray_address`) and Ray Train's placement-group cleaner quiet (:func:`quiet_train_cleaner`)."""
+    pin_ray_address()
+    quiet_train_cleaner()
+
+
 def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
     """Connect to the cluster ``cluster`` names, or start embedded Ray; reuse a running session.
 
-    Where to: ``cluster.address``, else ``RAY_ADDRESS``, else a running local head (when
-    ``cluster.attach``, the default), else a new embedded session sized by ``cluster``. Sizing
-    options are given only to a session started here (Ray refuses them when connecting).
-    Returns facts for the report: ``mode`` (embedded / attached / connected), ``address``,
-    ``dashboard_url``, ``num_cpus``, ``nodes``, ``auth_mode``, ``ray_init_s`` and a one-line
-    ``summary`` to print.
+    Where to: ``cluster.address``, else ``RAY_ADDRESS``, else a running local head of this
+    checkout and environment (see :func:`attach_target`), else a new embedded session sized by
+    ``cluster``. Sizing options are given only to a session started here (Ray refuses them when
+    connecting). Returns facts for the report: ``mode`` (embedded / attached / connected),
+    ``address``, ``dashboard_url``, ``num_cpus``, ``nodes``, ``auth_mode``, ``ray_init_s``, ``tags``
+    (the `dtlab up` head's checkout, environment and commit, when the session is that head's) and a
+    one-line ``summary`` to print.
     """
     import ray
 
@@ -157,19 +295,19 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     mode, address = "reused", None
     if not ray.is_initialized():
-        explicit = cluster.get("address") or os.environ.get("RAY_ADDRESS") or None
-        head = None if explicit or not cluster.get("attach", True) else local_head()
-        address = explicit or head
+        address, how = attach_target(cluster)
         auth = ensure_auth(cluster.get("auth_mode"), create_token=address is None)
         level = log_level(cluster)
         # Serve's driver-side logger prints INFO ("Started Serve", "... is ready at") over the live table
         logging.getLogger("ray.serve").setLevel(level)
         kwargs: dict[str, Any] = {"log_to_driver": bool(cluster.get("log_to_driver", True)),
                                   "logging_level": level,
-                                  "runtime_env": {"worker_process_setup_hook": f"{__name__}.pin_ray_address"}}
+                                  "runtime_env": {"worker_process_setup_hook": f"{__name__}.worker_setup"}}
         if address:
-            mode = "attached" if head else "connected"
+            mode = how
             kwargs["address"] = address
+            if (head_record(address) or {}).get("loopback_only"):
+                single_machine_mode()
         else:
             mode = "embedded"
             kwargs["address"] = "local"  # a new session even if Ray could find another one
@@ -188,6 +326,7 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
 
             ray_watchdog.start()
         dashboard = ctx.dashboard_url
+        head = head_record(address)  # the address asked for is the one `dtlab up` recorded
         address = ctx.address_info.get("gcs_address") or address
     else:
         auth = os.environ.get("RAY_AUTH_MODE", "disabled")
@@ -201,9 +340,15 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
     if dashboard and not str(dashboard).startswith("http"):
         dashboard = f"http://{dashboard}"
     res = ray.cluster_resources()
+    if mode == "reused":  # a multirun job in a worker: the session's own GCS says which head it is
+        try:
+            address = ray.get_runtime_context().gcs_address
+        except Exception:  # noqa: BLE001 - the head record is a nicety here
+            address = None
+        head = head_record(address)
     info = {"mode": mode, "address": address, "dashboard_url": dashboard or None, "auth_mode": auth,
             "num_cpus": res.get("CPU", 0.0), "nodes": len([n for n in ray.nodes() if n.get("Alive")]),
-            "ray_init_s": time.perf_counter() - t0}
+            "ray_init_s": time.perf_counter() - t0, "tags": head_tags(head)}
     where = {"embedded": "embedded session", "attached": f"local head {address}",
              "connected": f"cluster {address}", "reused": "this process's session"}[mode]
     info["summary"] = (f"Ray: {where}, {info['num_cpus']:g} CPUs, auth {auth}"

@@ -41,6 +41,27 @@ def robustness_label(run) -> str:
     return ""
 
 
+def off_board(run, flavour: str = "full") -> str:
+    """Why a parent run cannot be a scoreboard row ("" when it can): a debug run, an ``only=`` subset,
+    a sweep trial, or (outside robustness, whose perturbations are overrides) ``experiment.*``
+    overrides. Reads ``dtlab.flavour`` / ``dtlab.subset``, else the older ``debug`` / ``dtlab.overrides``.
+    ``flavour="debug"``: the same question for a board of debug runs (`dtlab reproduce --flavour debug`)."""
+    tags = run.data.tags
+    ran = tags.get("dtlab.flavour") or ("debug" if str(tags.get("debug", "")).lower() == "true" else "full")
+    if ran != flavour:
+        return ran
+    pairs = [o.lstrip("+~").partition("=") for o in (tags.get("dtlab.overrides") or "").split()]
+    subset = tags.get("dtlab.subset") or next((v for k, _, v in pairs if k == "only" and v not in ("", "null")), "")
+    if subset:
+        return f"only={subset.strip('[]')}"
+    if tags.get("dtlab.sweep_run_id") or any(k == "hparams_search" and v not in ("", "null") for k, _, v in pairs):
+        return "sweep trial"
+    changed = [f"{k}={v}" for k, _, v in pairs if k.startswith("experiment.")]
+    if changed and robustness_label(run) in ("", "tuned"):
+        return "overrides " + " ".join(changed)
+    return ""
+
+
 def latest_parents(client, names: list[str] | None = None, statuses: tuple[str, ...] = ENDED,
                    extra_filter: str = "", search_depth: int = 50) -> list[Latest]:
     """For each named experiment (all, when ``names`` is empty) the newest parent run whose status

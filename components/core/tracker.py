@@ -31,6 +31,10 @@ from typing import Any, Callable, Iterable, Mapping
 _MAX_BATCH = 1000  # MLflow's limit on metrics (and on all entities) per log_batch call
 _MAX_PARAMS_TAGS = 100  # MLflow's limit on params, and on tags, per log_batch call
 _MAX_PARAM = 6000  # MLflow's limit on a param value's length
+# MLflow 3's experiment type, read by its UI (mlflow/server/js: "mlflow.experimentKind"); without it an
+# experiment with no runs of a known kind opens in the GenAI view
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+NOTE_TAG = "mlflow.note.content"  # the experiment's description in the UI
 
 log = logging.getLogger(__name__)
 
@@ -136,21 +140,27 @@ class Tracker:
             msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
             raise ConnectionError(f"MLflow tracking store {self.uri} is unreachable: {msg}") from None
 
-    def experiment_id(self, name: str) -> str:
+    def experiment_id(self, name: str, description: str | None = None) -> str:
+        """The experiment's id, created (or restored) if need be, with MLflow 3's experiment type
+        (``mlflow.experimentKind``: model development, not the GenAI view) and, when given, its
+        description (``mlflow.note.content``, what the UI shows on the experiment's page)."""
+        tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **({NOTE_TAG: description} if description else {})}
         exp = self.client.get_experiment_by_name(name)
-        if exp is not None:
-            if exp.lifecycle_stage == "deleted":
-                self.client.restore_experiment(exp.experiment_id)
-            return exp.experiment_id
-        root = _local_artifact_root(self.uri)
-        loc = f"{root}/{name}" if root else None
-        try:
-            return self.client.create_experiment(name, artifact_location=loc)
-        except Exception:  # created concurrently by another job of a multirun
-            exp = self.client.get_experiment_by_name(name)
-            if exp is None:
-                raise
-            return exp.experiment_id
+        if exp is None:
+            root = _local_artifact_root(self.uri)
+            loc = f"{root}/{name}" if root else None
+            try:
+                return self.client.create_experiment(name, artifact_location=loc, tags=tags)
+            except Exception:  # created concurrently by another job of a multirun
+                exp = self.client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+        if exp.lifecycle_stage == "deleted":
+            self.client.restore_experiment(exp.experiment_id)
+        for k, v in tags.items():   # experiments made before these tags, or a summary edited since
+            if exp.tags.get(k) != v:
+                self.client.set_experiment_tag(exp.experiment_id, k, v)
+        return exp.experiment_id
 
     def start_run(self, experiment_id: str, name: str, tags: Mapping[str, str] | None = None,
                   parent_id: str | None = None) -> str:

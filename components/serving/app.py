@@ -41,10 +41,16 @@ Usage::
   (``@api.post("/run")``): a bare ``"/"`` under a prefix answers 307. Do not put
   ``from __future__ import annotations`` in a module that defines an ingress class: FastAPI
   then cannot resolve the body type inside the replica and treats it as a query parameter.
+- Flavour: a service started with ``debug=true`` serves the debug flavour's tiny models; every
+  response of a :func:`make_api` app then carries the header ``x-dtlab-flavour: debug`` (the
+  response bodies are strict schemas with no metadata field), and `dtlab serve` prints a DEBUG line.
 """
 from __future__ import annotations
 
+import gc
 import json
+import os
+import signal
 import socket
 import time
 import urllib.error
@@ -62,6 +68,7 @@ TINY_REPLICA = {"num_cpus": 0}          # ray_actor_options for tiny CPU models:
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 QUIET_LOGS = {"log_level": "WARNING", "enable_access_log": False}   # no per-request lines on the driver
 _KV_PORT = b"dtlab.serve.port"
+FLAVOUR_ENV = "DTLAB_SERVE_FLAVOUR"    # set by `dtlab serve ... debug=true` before Ray starts; replicas inherit it
 
 
 # ------------------------------------------------------------------------------ schemas and API
@@ -127,6 +134,27 @@ class _BodyLimit:
         await send({"type": "http.response.body", "body": payload})
 
 
+class _Flavour:
+    """ASGI middleware: ``x-dtlab-flavour: <flavour>`` on every response while the replica's
+    environment names one (``DTLAB_SERVE_FLAVOUR``), so a client can tell the tiny debug models'
+    answers from the experiment's."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        flavour = os.environ.get(FLAVOUR_ENV)
+        if scope["type"] != "http" or not flavour:
+            return await self.app(scope, receive, send)
+
+        async def tagged(msg):
+            if msg["type"] == "http.response.start":
+                msg = {**msg, "headers": [*msg.get("headers", []), (b"x-dtlab-flavour", flavour.encode())]}
+            await send(msg)
+
+        return await self.app(scope, receive, tagged)
+
+
 def make_api(title: str, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
     """A FastAPI app for ``@serve.ingress``: 413 above ``max_body_bytes``, 422 with readable
     per-field messages on malformed JSON or schema violations, 400 on a handler's ValueError."""
@@ -137,6 +165,7 @@ def make_api(title: str, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
     require(max_body_bytes >= 64, "max_body_bytes", max_body_bytes, "at least 64 bytes")
     api = FastAPI(title=title)
     api.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
+    api.add_middleware(_Flavour)  # outermost: 413s and 422s are tagged too
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -225,14 +254,32 @@ def start_serve(port: int | None = None) -> ServeInfo:
     return _OWNED
 
 
-def stop_serve(force: bool = False) -> None:
-    """Shut Serve down if this process started it (or ``force``); deletes every application."""
+def stop_serve(force: bool = False, timeout_s: float = 60.0) -> None:
+    """Shut Serve down if this process started it (or ``force``); deletes every application.
+
+    Ray Serve's ``serve.shutdown()`` waits inside the controller's ``graceful_shutdown`` call,
+    which only ends when the controller kills itself; with the controller's unlimited task
+    retries the driver then prints ``(raylet) Task ServeController.graceful_shutdown failed ...
+    will be retried``. Here the controller is told to shut down without a waiting call, its end
+    is polled (``timeout_s``), and ``serve.shutdown()`` then only drops the client.
+    """
     global _OWNED
+    import ray
     from ray import serve
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
     if _OWNED is None and not force:
         return
     try:
+        try:
+            controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        except ValueError:
+            controller = None
+        if controller is not None:
+            deadline = time.monotonic() + timeout_s
+            ray.get(controller.graceful_shutdown.remote(wait=False), timeout=timeout_s)
+            while _controller_alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
         serve.shutdown()
     finally:
         try:
@@ -295,6 +342,86 @@ def undeploy(name: str) -> None:
     from ray import serve
 
     serve.delete(name, _blocking=True)
+
+
+class _StopOnSignal:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, as Ctrl-C does, so a service
+    stops through one path. :meth:`install` again after ``ray.init``, which puts Ray's own handler
+    there (it prints a C++ stack trace and kills the driver without stopping anything in order)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self):
+        self.received: list[str] = []
+
+    def _raise(self, signum, frame):
+        self.received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    def install(self) -> None:
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._raise)
+
+    def __enter__(self):
+        self.old = {sig: signal.getsignal(sig) for sig in self.SIGNALS}
+        self.install()
+        return self
+
+    def __exit__(self, *exc):
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+
+
+def serve_until_stopped(app_factory, name: str, route_prefix: str, endpoint: str, example: dict, cluster: dict,
+                        port: int | None = None, flavour: str | None = None, out=print) -> None:
+    """`dtlab serve`: start Ray (``cluster``), deploy ``app_factory()`` as ``dtlab_<name>``, print its URL and a
+    curl line, serve until Ctrl-C, SIGTERM or SIGHUP, then stop in order and say so in one line.
+
+    ``flavour="debug"``: a DEBUG line says the tiny models answer, and every response carries
+    ``x-dtlab-flavour: debug`` (the variable is set before Ray starts, so the replicas inherit it).
+    Stopping: in a Ray session started here, ``ray.shutdown()`` ends Serve with every other actor;
+    Serve's own graceful teardown (replica drains, proxies) only slows the stop down. On a cluster
+    that lives on (an attached head), the application is deleted and Serve stopped if started here.
+    """
+    import ray
+
+    from components.core.raytools import init_ray
+
+    if flavour:
+        os.environ[FLAVOUR_ENV] = flavour
+    mode, t_stop = None, None
+    with _StopOnSignal() as signals:
+        try:
+            mode = init_ray(cluster)["mode"]
+            signals.install()
+            info = start_serve(port)
+            deploy(app_factory(), name=f"dtlab_{name}", route_prefix=route_prefix)
+            url = info.url(route_prefix + endpoint)
+            # what is loaded now lives as long as the service: out of the collector's way, so neither its
+            # periodic full passes nor the interpreter's last one at exit walk it (that last pass took
+            # 14 s after a 2 s stop of the specreason service on 2 busy cores)
+            gc.freeze()
+            if flavour == "debug":
+                out(f"DEBUG: debug=true serves the debug flavour's tiny models (their answers are not the "
+                    f"experiment's); responses carry x-dtlab-flavour: debug")
+            out(f"serving {name} at {url}\n  curl -s -X POST {url} -H 'content-type: application/json' "
+                f"-d '{json.dumps(example)}'\nCtrl-C stops it.")
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            t_stop = time.monotonic()
+            try:
+                if ray.is_initialized() and mode not in (None, "embedded"):
+                    try:
+                        undeploy(f"dtlab_{name}")
+                    finally:
+                        stop_serve()
+            finally:
+                ray.shutdown()
+    why = signals.received[-1] if signals.received else "Ctrl-C"
+    out(f"dtlab serve {name}: stopped by {why} ({time.monotonic() - t_stop:.1f} s)")
 
 
 # ------------------------------------------------------------------------------ tiny HTTP client

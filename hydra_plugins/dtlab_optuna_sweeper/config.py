@@ -8,6 +8,7 @@ from hydra.core.config_store import ConfigStore
 @dataclass
 class DtlabOptunaSweeperConf:
     _target_: str = "hydra_plugins.dtlab_optuna_sweeper.sweeper.DtlabOptunaSweeper"
+    _recursive_: bool = False            # the sweeper builds the sampler itself (seeded per session, no warnings)
     sampler: Any = field(default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 0})
     direction: Any = "minimize"          # or maximize, or a list for multi-objective
     study_name: Optional[str] = None     # default: the experiment name
@@ -64,9 +65,10 @@ def check_conf(conf: dict) -> None:
     require(isinstance(target, str), "hydra.sweeper.sampler", sampler, "a mapping with _target_: an Optuna sampler class")
     try:
         import optuna
-        from hydra.utils import instantiate
 
-        obj = instantiate(sampler)
+        from hydra_plugins.dtlab_optuna_sweeper.sweeper import make_sampler
+
+        obj = make_sampler(sampler, 0)
     except Exception as e:  # noqa: BLE001 - import error, bad keyword: say which
         cause = e.__cause__ or e
         raise ConfigError("hydra.sweeper.sampler._target_", target,

@@ -2,6 +2,10 @@
 
 - The study lives in RDB storage (default ``sqlite:///<runs_dir>/optuna.db``) and is loaded if it
   exists, so an interrupted sweep resumes: trials already finished count towards ``n_trials``.
+  A seeded sampler is seeded from (its seed, the trials the study holds) on resume
+  (:func:`make_sampler`): the same seed again would replay its first proposals (TPE's random
+  start-up trials) and re-run points the study has already tried. Hydra job numbers go on from the
+  study's trial numbers (trial 7 is job #7, not #0 of the new session).
   Its name is ``<study_name or experiment>-<hash of objective, direction and space>``: a sweep of
   another objective or space is another study.
 - Ctrl-C, SIGTERM or SIGHUP: the trials in flight are told FAIL with the user attribute
@@ -11,15 +15,24 @@
 - The objective is what the task returns: the experiment's ``objective`` expression over variant
   metrics (for example ``dist_ef21.iters_to_tol``), or the number of claims that hold.
 - A trial whose job crashes, or whose objective is missing or not finite, is told FAIL and the
-  sweep goes on (until ``max_failure_rate`` is exceeded).
+  sweep goes on (until ``max_failure_rate`` is exceeded). A trial lost to the infrastructure (a Ray
+  actor, worker or node that died, a placement group removed under it: :func:`infra_cause`) is
+  told FAIL with ``dtlab.infra_failure`` and re-queued with the same params, once: it counts
+  neither toward ``n_trials`` nor toward ``max_failure_rate``; its re-run, if lost again, does.
 - MLflow: one sweep run (tag ``dtlab.kind=sweep``) per study; every trial's parent run is nested
-  under it; the best trial, its config, and Optuna's plots are logged on the sweep run.
+  under it; the best trial, its config, and Optuna's plots are logged on the sweep run. A resumed
+  sweep re-owns that run (``dtlab.driver``, a stale ``error`` tag moved to ``sweep.previous_error``)
+  and records the current target as the tag ``sweep.n_trials`` (MLflow params cannot change, so
+  ``n_trials`` is a tag, not a param) and the session count as ``sweep.sessions``.
+- The sweep ends with one line per trial it ran: number, params, state, value, parent run.
 """
 from __future__ import annotations
 
 import io
 import logging
 import math
+import re
+import warnings
 from pathlib import Path
 from typing import Any, List
 
@@ -36,6 +49,61 @@ log = logging.getLogger(__name__)
 
 
 INTERRUPTED = "dtlab.interrupted"
+INFRA = "dtlab.infra_failure"            # told FAIL for an infrastructure reason and re-queued
+REQUEUED_FROM = "dtlab.requeued_from"    # on a re-queued trial: the number of the trial it re-runs
+INFRA_RETRY = "dtlab.infra_retry_of"     # on a trial re-queued after an infrastructure failure
+
+# Ray's exceptions for a party that is gone (not an error of the code it ran), and Ray Train's
+# message for a placement group removed under a job (components/training/ddp/runner.py)
+INFRA_ERRORS = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError", "WorkerCrashedError",
+                "LocalRayletDiedError", "OwnerDiedError", "ObjectLostError", "ObjectReconstructionFailedError",
+                "RaySystemError")
+INFRA_MESSAGES = ("placement group was removed",)
+_INFRA_RE = re.compile(r"\b(" + "|".join(INFRA_ERRORS) + r")\b")
+
+
+def infra_cause(errors: list[str]) -> str | None:
+    """The first error when every one of ``errors`` (``Type: message`` lines; a variant's
+    ``seed 0: ...; seed 1: ...`` counts seed by seed) is an infrastructure failure, else None.
+    A ConfigError or any exception of the technique's own makes the trial a real failure."""
+    def infra(part: str) -> bool:
+        part = re.sub(r"^seed \d+: ", "", part.strip())
+        if part.startswith("ConfigError"):
+            return False
+        return bool(_INFRA_RE.search(part)) or any(m in part for m in INFRA_MESSAGES)
+
+    parts = [p for e in errors for p in e.splitlines()[0].split("; ") if p.strip()] if errors else []
+    return errors[0].splitlines()[0] if parts and all(infra(p) for p in parts) else None
+
+
+def resume_seed(seed: Any, n_trials_so_far: int) -> Any:
+    """``seed`` for a fresh study; ``SeedSequence([seed, n_trials_so_far])`` for one with trials."""
+    if not n_trials_so_far or not isinstance(seed, int) or isinstance(seed, bool):
+        return seed
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, n_trials_so_far]).generate_state(1)[0])
+
+
+def make_sampler(cfg: Any, n_trials_so_far: int) -> optuna.samplers.BaseSampler | None:
+    """The sampler ``cfg`` (a Hydra ``_target_`` mapping) describes, for a study that already holds
+    ``n_trials_so_far`` trials.
+
+    A seeded sampler given the same seed again restarts its random stream: on resume it proposes
+    trial 0's point again (TPE's first ``n_startup_trials`` are plain seeded random draws). So a
+    study that has trials gets the seed ``SeedSequence([seed, n_trials_so_far])``: deterministic
+    for a given store, different from every earlier session's, and a fresh study keeps the
+    configured seed. (Optuna's FAQ pickles the sampler beside the study instead; that file would be
+    a second store, lost with a SIGKILL between writes and absent on another host.) Optuna's
+    ExperimentalWarning for experimental samplers (BruteForceSampler) is not printed."""
+    if cfg is None or isinstance(cfg, optuna.samplers.BaseSampler):
+        return cfg
+    cfg = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    if cfg.get("seed") is not None:
+        cfg["seed"] = resume_seed(cfg["seed"], n_trials_so_far)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return instantiate(cfg)
 
 
 def study_name(base: str, objective: Any, direction: Any, space: dict) -> str:
@@ -50,10 +118,11 @@ def study_name(base: str, objective: Any, direction: Any, space: dict) -> str:
 
 
 def counts(study: optuna.Study) -> tuple[int, int]:
-    """(trials done, trials failed), interrupted ones left out of both: they were re-queued."""
+    """(trials done, trials failed), interrupted and infrastructure-lost ones left out of both:
+    they were re-queued."""
     S = optuna.trial.TrialState
     trials = study.get_trials(deepcopy=False, states=(S.COMPLETE, S.FAIL, S.PRUNED))
-    real = [t for t in trials if INTERRUPTED not in t.user_attrs]
+    real = [t for t in trials if INTERRUPTED not in t.user_attrs and INFRA not in t.user_attrs]
     return len(real), sum(t.state == S.FAIL for t in real)
 
 
@@ -66,7 +135,7 @@ def _requeue(study: optuna.Study, trial, reason: str) -> None:
     study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED, reason)
     study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     if frozen.params:
-        study.enqueue_trial(frozen.params, user_attrs={"dtlab.requeued_from": number})
+        study.enqueue_trial(frozen.params, user_attrs={REQUEUED_FROM: number})
 
 
 class DtlabOptunaSweeper(Sweeper):
@@ -77,12 +146,19 @@ class DtlabOptunaSweeper(Sweeper):
         self.n_trials, self.n_jobs, self.max_failure_rate = n_trials, n_jobs, max_failure_rate
         self.params = dict(params or {})
         self.job_idx = 0
+        self.n_existing = 0          # trials the study held when this session loaded it
+        self.sampler_seed = None     # the seed this session's sampler got (resume_seed)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(config=config, hydra_context=hydra_context,
                                                                 task_function=task_function)
+        if hasattr(self.launcher, "summary"):
+            self.launcher.summary = False   # one summary at the end of the sweep, not one per batch
+        from hydra_plugins.dtlab_ray_launcher.launcher import quiet_loggers
+
+        quiet_loggers()   # trials may run in this process (hydra/launcher=basic)
 
     # ------------------------------------------------------------------------------------------
     def _study(self, space: dict) -> optuna.Study:
@@ -91,15 +167,22 @@ class DtlabOptunaSweeper(Sweeper):
         storage = self.storage or f"sqlite:///{runs_dir}/optuna.db"
         name = study_name(self.study_name or str(self.config.experiment.name), self.config.get("objective"),
                           self.direction, space)
-        sampler = self.sampler_cfg  # Hydra instantiates nested _target_ nodes itself
-        if sampler is not None and not isinstance(sampler, optuna.samplers.BaseSampler):
-            sampler = instantiate(sampler)
         directions = list(self.direction) if isinstance(self.direction, (list, tuple)) or OmegaConf.is_list(self.direction) else None
         kwargs = {"directions": directions} if directions else {"direction": str(self.direction)}
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, load_if_exists=True, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
+                                        sampler=optuna.samplers.RandomSampler(), **kwargs)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             log.warning(f"trial {t.number} was left running by a sweep that is gone: re-queued")
             _requeue(study, t, "left RUNNING by a sweep that is gone")
+        self.n_existing = len(study.trials)
+        # the sampler's config as written (the sweeper is built with _recursive_=False: not instantiated)
+        cfg = OmegaConf.select(self.config, "hydra.sweeper.sampler") if OmegaConf.is_config(self.config) else None
+        cfg = cfg if cfg is not None else self.sampler_cfg
+        seed = cfg.get("seed") if cfg is not None and not isinstance(cfg, optuna.samplers.BaseSampler) else None
+        self.sampler_seed = resume_seed(seed, self.n_existing)
+        study.sampler = make_sampler(cfg, self.n_existing) or optuna.samplers.TPESampler()
         return study
 
     def _tracker(self):
@@ -109,18 +192,41 @@ class DtlabOptunaSweeper(Sweeper):
         tracker.check_reachable()
         return tracker
 
+    def _session_tags(self, sessions: int) -> dict[str, str]:
+        """What may change from one session of the sweep to the next, as tags (MLflow params are fixed)."""
+        return {"sweep.n_trials": str(self.n_trials), "sweep.n_jobs": str(self.n_jobs), "sweep.sessions": str(sessions),
+                "sweep.sampler_seed": str(self.sampler_seed)}
+
     def _sweep_run(self, tracker, study: optuna.Study) -> str:
-        exp_id = tracker.experiment_id(str(self.config.experiment.name))
+        """The study's MLflow sweep run: created on the first session, re-owned on a resume (this
+        driver in ``dtlab.driver`` before it is RUNNING again, so no stale-run check takes it for
+        a dead driver's; a previous session's ``error`` moved to ``sweep.previous_error``)."""
+        from components.core.provenance import DRIVER_TAG, driver_id
+
+        exp_id = tracker.experiment_id(str(self.config.experiment.name),
+                                       description=OmegaConf.select(self.config, "experiment.summary"))
         found = tracker.client.search_runs([exp_id], filter_string=(
             f"tags.`dtlab.kind` = 'sweep' and tags.`optuna.study` = '{study.study_name}'"), max_results=1)
         if found:
-            rid = found[0].info.run_id
-            tracker.client.update_run(rid, status="RUNNING")
+            run = found[0]
+            rid, tags = run.info.run_id, run.data.tags
+            client = tracker.client
+            client.set_tag(rid, DRIVER_TAG, driver_id())
+            if "error" in tags:
+                client.set_tag(rid, "sweep.previous_error", tags["error"][:5000])
+                client.delete_tag(rid, "error")
+            sessions = int(tags.get("sweep.sessions", "1")) + 1
+            for k, v in self._session_tags(sessions).items():
+                client.set_tag(rid, k, v)
+            client.update_run(rid, status="RUNNING")
             return rid
         rid = tracker.start_run(exp_id, f"sweep-{study.study_name}", tags={
-            "dtlab.kind": "sweep", "optuna.study": study.study_name, "experiment": str(self.config.experiment.name)})
-        tracker.log_params(rid, {"n_trials": self.n_trials, "direction": str(self.direction),
-                                 "sampler": type(self.sampler_cfg).__name__ if isinstance(self.sampler_cfg, optuna.samplers.BaseSampler) else str(self.sampler_cfg),
+            "dtlab.kind": "sweep", "optuna.study": study.study_name, "experiment": str(self.config.experiment.name),
+            **self._session_tags(1)})
+        sampler = self.sampler_cfg
+        sampler = (type(sampler).__name__ if isinstance(sampler, optuna.samplers.BaseSampler) else
+                   str(OmegaConf.to_container(sampler) if OmegaConf.is_config(sampler) else sampler))
+        tracker.log_params(rid, {"direction": str(self.direction), "sampler": sampler,
                                  "space": {k: str(v) for k, v in self.params.items()}})
         return rid
 
@@ -147,18 +253,24 @@ class DtlabOptunaSweeper(Sweeper):
         sweep_rid = self._sweep_run(tracker, study)
         done, failures = counts(study)
         remaining = max(0, self.n_trials - done)
+        self.job_idx = max(self.job_idx, self.n_existing)   # job numbers go on from the study's trials
         log.info(f"study {study.study_name}: {done} trials done, {remaining} to run; space: {list(space)}")
         status, reason = "FINISHED", None
         trials: list = []
+        ran: list[int] = []
         try:
             while remaining > 0:
                 batch = min(self.n_jobs, remaining)
                 trials = [study.ask(space) for _ in range(batch)]
                 overrides = [tuple(fixed + [f"{k}={fmt_value(v)}" for k, v in t.params.items()] +
                                    [f"sweep_run_id={sweep_rid}", f"sweep_trial={t.number}"]) for t in trials]
-                returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
-                self.job_idx += len(returns)
+                first = trials[0].number   # job #N is trial N where the batch's numbers allow it
+                idx = first if first >= self.job_idx and all(t.number == first + i for i, t in enumerate(trials)) \
+                    else self.job_idx
+                returns = self.launcher.launch(overrides, initial_job_idx=idx)
+                self.job_idx = idx + len(returns)
                 for trial, ret in zip(trials, returns):
+                    ran.append(trial.number)
                     value, error = None, ""
                     try:
                         value = ret.return_value
@@ -168,6 +280,13 @@ class DtlabOptunaSweeper(Sweeper):
                     except Exception as e:  # the job crashed
                         error = f"{type(e).__name__}: {e}".splitlines()[0]
                     if value is None:
+                        causes = [] if error.startswith("objective") else self._trial_errors(tracker, sweep_rid,
+                                                                                            trial.number)
+                        if not error.startswith("objective") and self._requeue_if_infra(tracker, sweep_rid, study,
+                                                                                        trial, causes or [error]):
+                            continue
+                        if causes:   # what the failed variants raised, beside "variants failed: a"
+                            error = f"{error} ({'; '.join(causes)})"[:1000]
                         study.tell(trial, state=optuna.trial.TrialState.FAIL)
                         tracker.set_tags(sweep_rid, {f"trial.{trial.number}.error": error})
                         log.warning(f"trial {trial.number} failed: {error}")
@@ -201,6 +320,94 @@ class DtlabOptunaSweeper(Sweeper):
             raise
         finally:
             self._report(tracker, sweep_rid, study, status, reason)
+            try:
+                self._summary(tracker, sweep_rid, study, ran)
+            except Exception as e:  # noqa: BLE001 - never mask how the sweep ended
+                log.warning(f"sweep summary skipped: {e}")
+
+    def _requeue_if_infra(self, tracker, sweep_rid: str, study: optuna.Study, trial, errors: list[str]) -> bool:
+        """A trial lost to the infrastructure (:func:`infra_cause` over ``errors``: its failed variants'
+        errors, else its job's): told FAIL as ``dtlab.infra_failure`` and its params queued again,
+        once (a re-run lost the same way is a failure). True when re-queued."""
+        cause = infra_cause(errors)
+        if cause is None:
+            return False
+        if INFRA_RETRY in trial.user_attrs:
+            tracker.set_tags(sweep_rid, {f"trial.{trial.number}.error": f"{cause} (infrastructure again: not re-queued)"})
+            log.warning(f"trial {trial.number} (a re-run of trial {trial.user_attrs[INFRA_RETRY]}) was lost to the "
+                        f"infrastructure again ({cause}): recorded FAIL, not re-queued twice")
+            return False
+        trial.set_user_attr(INFRA, cause)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        study.enqueue_trial(trial.params, user_attrs={REQUEUED_FROM: trial.number, INFRA_RETRY: trial.number})
+        tracker.set_tags(sweep_rid, {f"trial.{trial.number}.error": f"{cause} (infrastructure: re-queued once)"})
+        log.warning(f"trial {trial.number} was lost to the infrastructure ({cause}): re-queued once with the same "
+                    "params; it counts neither toward n_trials nor toward max_failure_rate")
+        return True
+
+    def _trial_parent(self, tracker, sweep_rid: str, number: int):
+        """The MLflow parent run of trial ``number`` of this sweep (None if the job made none)."""
+        exp = tracker.client.get_experiment_by_name(str(self.config.experiment.name))
+        if exp is None:
+            return None
+        found = tracker.client.search_runs([exp.experiment_id], f"tags.`dtlab.sweep_run_id` = '{sweep_rid}' and "
+                                                                 f"tags.`optuna.trial` = '{number}'",
+                                           order_by=["attributes.start_time DESC"], max_results=1)
+        return found[0] if found else None
+
+    def _trial_errors(self, tracker, sweep_rid: str, number: int) -> list[str]:
+        """The first lines of the ``error`` tags of the trial's failed variant runs (else of its
+        parent run's, unless that only says which variants failed); [] when MLflow has none."""
+        try:
+            parent = self._trial_parent(tracker, sweep_rid, number)
+            if parent is None:
+                return []
+            children = tracker.client.search_runs(
+                [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' and "
+                                             "tags.`dtlab.kind` = 'variant' and attributes.status = 'FAILED'")
+        except Exception:  # noqa: BLE001 - the job's own error is then all there is
+            return []
+        errors = [c.data.tags["error"].splitlines()[0] for c in children if c.data.tags.get("error")]
+        head = (parent.data.tags.get("error") or "").splitlines()[:1]
+        if not errors and head and not head[0].startswith("variants failed"):
+            errors = head
+        return errors
+
+    def _summary(self, tracker, sweep_rid: str, study: optuna.Study, numbers: list[int]) -> None:
+        """One line per trial this session ran: number, params, state, value (or error), parent run."""
+        if not numbers:
+            return
+        from hydra_plugins.dtlab_ray_launcher.launcher import short_overrides
+
+        tracker.flush()
+        by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+        lines = [f"sweep {study.study_name}: {len(numbers)} trial(s) this session "
+                 f"({counts(study)[0]} of n_trials={self.n_trials} done)"]
+        for n in numbers:
+            t = by_number.get(n)
+            if t is None:
+                continue
+            params = short_overrides([f"{k}={fmt_value(v)}" for k, v in t.params.items()])
+            if t.state == optuna.trial.TrialState.COMPLETE:
+                what = "objective " + ", ".join(f"{v:.6g}" for v in t.values)
+            elif INFRA in t.user_attrs:
+                what = f"re-queued (infrastructure: {t.user_attrs[INFRA][:80]})"
+            elif INTERRUPTED in t.user_attrs:
+                what = f"re-queued ({t.user_attrs[INTERRUPTED]})"
+            else:
+                err = ""
+                try:
+                    err = tracker.client.get_run(sweep_rid).data.tags.get(f"trial.{n}.error", "")
+                except Exception:  # noqa: BLE001 - the summary is a courtesy
+                    pass
+                what = err[:100] or t.state.name
+            parent = None
+            try:
+                parent = self._trial_parent(tracker, sweep_rid, n)
+            except Exception:  # noqa: BLE001
+                pass
+            lines.append(f"  #{n:<4} {params:<48} {t.state.name:<8} {what}  parent {parent.info.run_id if parent else '-'}")
+        print("\n".join(lines), flush=True)
 
     @staticmethod
     def _bad_value(value: Any, n_directions: int) -> str:
@@ -279,7 +486,9 @@ class DtlabOptunaSweeper(Sweeper):
             plots["param_importances"] = ovm.plot_param_importances
         for name, fn in plots.items():
             try:
-                ax = fn(study)
+                with warnings.catch_warnings():   # Optuna's matplotlib plots are "experimental"
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    ax = fn(study)
                 fig = ax.figure if hasattr(ax, "figure") else plt.gcf()
                 fig.set_size_inches(7, 4.5)
                 fig.tight_layout()

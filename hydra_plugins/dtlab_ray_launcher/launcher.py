@@ -1,4 +1,9 @@
-"""Launch each Hydra job as a Ray task and gather the JobReturns."""
+"""Launch each Hydra job as a Ray task and gather the JobReturns; print one line per job at the end.
+
+A job whose worker or node died (a Ray error, not the job's own exception) comes back as a FAILED
+JobReturn naming the Ray error, so a sweeper can tell it from a technique's failure and the other
+jobs' results are kept.
+"""
 
 import logging
 from dataclasses import dataclass
@@ -8,7 +13,7 @@ from typing import Any, Optional, Sequence
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -39,25 +44,92 @@ def check_conf(conf: dict) -> None:
             "hydra.launcher.job_cpus", cpus, "a finite number >= 0")
 
 
+# third-party loggers that log INFO at import into a multirun's output (Hydra's job logging is INFO):
+# faiss's loader announces the AVX2/AVX512 build it picks and prints the ModuleNotFoundError of the other
+QUIET_LOGGERS = ("faiss.loader",)
+
+
+def quiet_loggers() -> None:
+    """Third-party import chatter at WARNING (a job that imports faiss prints nothing about it)."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def short_overrides(overrides: Sequence[str], width: int = 60) -> str:
+    """A job's overrides as its summary line and its parent's name show them (``step=0.2504,seeds=[1]``)."""
+    from components.core.provenance import job_label
+
+    return job_label(list(overrides), width=width)
+
+
+def job_parent(sweep_config: DictConfig) -> Optional[str]:
+    """The parent run the job just made in this process (its ``hydra.job`` and this process as its
+    driver), None if it made none."""
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from components.core.provenance import DRIVER_TAG, driver_id
+        from components.core.tracker import resolve_tracking_uri
+
+        client = MlflowClient(tracking_uri=resolve_tracking_uri(sweep_config.tracking.uri))
+        exp = client.get_experiment_by_name(str(sweep_config.experiment.name))
+        if exp is None:
+            return None
+        runs = client.search_runs([exp.experiment_id], f"tags.`dtlab.kind` = 'parent' and tags.`hydra.job` = "
+                                  f"'{sweep_config.hydra.job.num}' and tags.`{DRIVER_TAG}` = '{driver_id()}'",
+                                  order_by=["attributes.start_time DESC"], max_results=1)
+        return runs[0].info.run_id if runs else None
+    except Exception:  # noqa: BLE001 - the summary line then shows no run id
+        return None
+
+
 def _run_remote(hydra_context: HydraContext, task_function: TaskFunction, sweep_config: DictConfig,
-                singleton_state: dict) -> JobReturn:
+                singleton_state: dict) -> tuple[JobReturn, Optional[str]]:
     Singleton.set_state(singleton_state)
     setup_globals()
+    quiet_loggers()
     HydraConfig.instance().set_config(sweep_config)
     ret = run_job(hydra_context=hydra_context, task_function=task_function, config=sweep_config,
                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
     if ret.status.name == "FAILED":  # keep the exception picklable and readable on the driver
         err = ret._return_value
         ret._return_value = RuntimeError(f"{type(err).__name__}: {err}")
-    return ret
+    return ret, job_parent(sweep_config)
+
+
+def lost_job(overrides: Sequence[str], e: BaseException) -> JobReturn:
+    """The JobReturn of a job whose task never returned (its worker or node died): FAILED with the
+    Ray error's type and first line, which a sweeper reads as an infrastructure failure."""
+    cause = getattr(e, "cause", None)
+    err = cause if isinstance(cause, BaseException) else e
+    text = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}".rstrip(": ")
+    return JobReturn(overrides=list(overrides), status=JobStatus.FAILED, _return_value=RuntimeError(text))
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """The end-of-multirun summary: one line per job (number, overrides, status, headline, parent run).
+
+    ``rows``: dicts with ``idx``, ``overrides``, ``status`` (the parent run's, else the job's), ``headline``
+    (claims held, the objective, or the error) and ``parent`` (run id or None)."""
+    if not rows:
+        return []
+    width = min(60, max(len(r["overrides"]) for r in rows))
+    out = [f"multirun: {len(rows)} job(s), {sum(r['status'] == 'FINISHED' for r in rows)} finished"]
+    for r in rows:
+        out.append(f"  #{r['idx']:<4} {r['overrides']:<{width}}  {r['status']:<8}  {r['headline']}"
+                   f"  parent {r['parent'] or '-'}")
+    return out
 
 
 class DtlabRayLauncher(Launcher):
     def __init__(self, max_parallel: Optional[int] = None, job_cpus: float = 0.0):
         self.max_parallel, self.job_cpus = max_parallel, job_cpus
+        self.summary = True   # a sweeper that prints its own summary turns the per-launch one off
+        self.parents: dict[int, Optional[str]] = {}   # job number -> its MLflow parent run
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+        quiet_loggers()
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs as Ray tasks. Ctrl-C, SIGTERM or SIGHUP cancels them and ends every run
@@ -104,12 +176,56 @@ class DtlabRayLauncher(Launcher):
                 refs.append(task.options(name=f"hydra-job-{idx}").remote(self.hydra_context, self.task_function,
                                                                            sweep_config, state))
                 if self.max_parallel and len(refs) >= self.max_parallel:
-                    results.append(ray.get(refs.pop(0)))
-            results.extend(ray.get(refs))
+                    results.append(self._gather(refs.pop(0), job_overrides[len(results)], initial_job_idx + len(results)))
+            while refs:
+                results.append(self._gather(refs.pop(0), job_overrides[len(results)], initial_job_idx + len(results)))
+            if self.summary:
+                self._print_summary(tracker, job_overrides, results, initial_job_idx)
             return results
         except KeyboardInterrupt as e:
             self._interrupted(e, refs, tracker, experiments, idxs, t0_ms)
             raise
+
+    def _gather(self, ref, overrides: Sequence[str], idx: int) -> JobReturn:
+        """The job's JobReturn (its parent run noted); a job whose task died is a FAILED JobReturn."""
+        import ray
+
+        try:
+            ret, self.parents[idx] = ray.get(ref)
+        except ray.exceptions.RayError as e:   # the worker, its node or the task itself died
+            self.parents[idx] = None
+            ret = lost_job(overrides, e)
+            log.warning(f"job #{idx} lost: {ret._return_value}")
+        return ret
+
+    def _print_summary(self, tracker, job_overrides, results: Sequence[JobReturn], initial_job_idx: int) -> None:
+        """One line per job: overrides, status, claims held (or the objective, or the error), parent run."""
+        objective = OmegaConf.select(self.config, "objective")
+        rows = []
+        for i, (overrides, ret) in enumerate(zip(job_overrides, results)):
+            idx = initial_job_idx + i
+            parent = self.parents.get(idx)
+            status, headline = ret.status.name, ""
+            run = None
+            if parent:
+                try:
+                    run = tracker.client.get_run(parent)
+                except Exception:  # noqa: BLE001 - the line shows what the JobReturn says
+                    run = None
+            if run is not None:
+                status = run.info.status
+                m = run.data.metrics
+                if "claims_total" in m:
+                    headline = f"claims {int(m.get('claims_held', 0))}/{int(m['claims_total'])} hold"
+            if ret.status == JobStatus.COMPLETED and objective:
+                headline = f"objective {ret.return_value:.6g}" if isinstance(ret.return_value, float) \
+                    else f"objective {ret.return_value}"
+            elif ret.status != JobStatus.COMPLETED:
+                err = str(ret._return_value).splitlines()[0] if ret._return_value is not None else ""
+                headline = (headline + "  " if headline else "") + err[:100]
+            rows.append({"idx": idx, "overrides": short_overrides(filter_overrides(overrides)) or "-",
+                         "status": status, "headline": headline, "parent": parent})
+        print("\n".join(summary_lines(rows)), flush=True)
 
     @staticmethod
     def _interrupted(e, refs, tracker, experiments, idxs, t0_ms) -> None:

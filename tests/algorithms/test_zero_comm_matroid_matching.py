@@ -85,6 +85,50 @@ def test_kernel_union_is_optimal_where_naive_topk_is_not():
     assert naive_fail >= 8
 
 
+def _kernel_then_centre(edges, w, k: int, owner=None, m: int = 1) -> float:
+    """The protocol on one instance: every server's kernel, the centre's exact optimum on the union."""
+    owner = np.zeros(len(w), dtype=np.int64) if owner is None else owner
+    inst = gen.MatchingInstance(np.asarray(edges, dtype=np.int64), np.asarray(w, dtype=np.float64), k, m, owner=owner)
+    msgs = sv.messages_vectorised("mwm", "", {}, sv.shards(inst, "mwm"), k, "kernel")
+    return sv.solve("mwm", "", {}, sv.union(msgs), k)[0]
+
+
+def test_kernel_is_optimal_on_the_issue_multigraph_and_ignores_self_loops():
+    # Prepare: a parallel copy of (0,1) spends vertex 0's degree cap (2k-1 = 3) before (0,3) is scanned
+    edges = [(0, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
+    w = [10.0, 9.9, 9.8, 9.0, 8.5]
+    # Execute
+    got = _kernel_then_centre(edges, w, 2)
+    looped = _kernel_then_centre(edges + [(0, 0), (3, 3), (1, 1)], w + [20.0, 19.0, 18.0], 2)
+    # Assert: the optimum (0,3) + (1,2) = 17.5, as both exact solvers give; self-loops change nothing
+    assert got == pytest.approx(17.5) and looped == pytest.approx(17.5)
+    assert kcapped_mwm(np.array(edges), np.array(w), 2)[0] == pytest.approx(17.5)
+    assert networkx_kcapped(np.array(edges), np.array(w), 2) == pytest.approx(17.5)
+    # the kernel keeps the heaviest copy of each pair only (ids 0 and 2-4; not 1, the lighter (0,1))
+    assert matching_kernel(np.arange(5), np.array(edges), np.array(w), 2).tolist() == [0, 2, 3, 4]
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_kernel_is_optimal_on_random_multigraphs(tied):
+    # Prepare: the project's random_graph on barely 2k vertices (every vertex counts) with 6k-12k edges
+    # (many parallel ones), split over 1-2 servers
+    rng = np.random.default_rng(11 + tied)
+    parallel = 0
+    for _ in range(40):
+        k, m = int(rng.integers(2, 5)), int(rng.integers(1, 3))
+        inst = gen.random_graph(rng, int(rng.integers(2 * k, 2 * k + 3)), int(rng.integers(6 * k, 12 * k)), k, m,
+                                tied=tied)
+        inst.owner = gen.split(rng, inst.n, m, "random", inst.w)
+        pairs = np.sort(inst.edges, axis=1)
+        parallel += len(np.unique(pairs, axis=0)) < len(pairs)
+        # Execute
+        got = _kernel_then_centre(inst.edges, inst.w, k, inst.owner, m)
+        # Assert: equal to the exact optimum of the whole multigraph (MILP and networkx agree)
+        opt = kcapped_mwm(inst.edges, inst.w, k)[0]
+        assert got == pytest.approx(opt) and networkx_kcapped(inst.edges, inst.w, k) == pytest.approx(opt)
+    assert parallel >= 30          # the instances are multigraphs
+
+
 def test_naive_topk_is_the_k_heaviest():
     ids, w = np.arange(5), np.array([1.0, 5.0, 5.0, 0.0, 3.0])
     assert naive_topk(ids, np.zeros((5, 2), int), w, 3).tolist() == [1, 2, 4]   # ties: lower id first

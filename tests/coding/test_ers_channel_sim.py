@@ -145,3 +145,38 @@ def test_debug_flavour_end_to_end(run_experiment):
     names = {c.name: c for c in out.claims}
     for n in ("ers_and_rs_sorting_exact", "bits_within_bound_d_le2", "ers_mse_below_rs"):
         assert names[n].error == "", names[n].error
+
+
+@pytest.mark.parametrize("d, s2, max_rounds", [(2, 0.001, 256), (1, 0.001, 8), (4, 0.01, 4096)])
+def test_rs_sorting_codes_the_group_size_when_the_round_cap_is_below_2_to_m0(d, s2, max_rounds):
+    # Prepare: a cap below 2^m0, m0 = floor((d/2) log2(1 + 1/s2)) (the d=2, s2=0.001, cap 256;
+    # d=8, s2=0.05 is m0 = 17 against the default cap's 16: the same case, too slow for a test)
+    m0 = math.floor(0.5 * d * math.log2(1 + 1 / s2))
+    assert 2 ** m0 > max_rounds
+    p = ChannelSimParams(scheme="rs_sorting", ds=[d], s2s=[s2], n_trials=200, max_rounds=max_rounds)
+    # Execute
+    r = run_channel_sim(p, RunContext(seed=3))
+    # Assert: every group is capped at floor(log2 max_rounds), the least exponent both sides know, so its
+    # code is gamma(1) = 1 bit: bits = 1 + gamma(L) + delta(rank) over the trials that finished
+    key = f"d{d}_s{f'{s2:g}'.replace('.', 'p')}"
+    rs = rs_grouped(GaussChannel(s2), truncated_source(np.random.default_rng(0), 200, d, 3.0),
+                    np.random.default_rng(1), max_rounds)
+    assert (rs["mexp"] == math.floor(math.log2(max_rounds))).all()
+    assert r.metrics[f"truncated_{key}"] < 1 and math.isfinite(r.metrics[f"bits_{key}"])
+    assert r.metrics[f"bits_{key}"] >= 1 + 1 + 1
+
+
+def test_rs_sorting_group_code_is_decodable_at_every_exponent_the_cap_allows():
+    # Prepare: d = 1, s2 = 0.05 (m0 = 2) under caps from 1 round (exponent 0) to above every group
+    from components.coding.ers_channel_sim.technique import least_group_exp
+
+    model, d = GaussChannel(0.05), 1
+    for cap in (1, 2, 3, 4, 64, 100_000):
+        x = truncated_source(np.random.default_rng(cap), 400, d, 3.0)
+        r = rs_grouped(model, x, np.random.default_rng(cap + 1), cap)
+        # Execute: the group exponent sent as gamma(mexp - least + 1), decoded back
+        least = least_group_exp(model, d, cap)
+        codes = [gamma_encode(int(m) - least + 1) for m in r["mexp"]]
+        # Assert: every exponent is >= the least one both sides compute, and round-trips
+        assert (r["mexp"] >= least).all()
+        assert [gamma_decode(c)[0] + least - 1 for c in codes] == r["mexp"].tolist()

@@ -146,6 +146,33 @@ def test_shards_must_divide_the_tokens():
     assert e.value.key == "shards" and "64 tokens" in str(e.value)
 
 
+def test_shards_beyond_the_node_pool_are_rejected_naming_the_fix():
+    # Prepare: 8 shards (they divide 64 tokens, calibrated at 8) on a pool of 4 node actors
+    prep = {"calibration": {"params": {"shards": 8, "batch": 16}}, "reference": {"params": {"batch": 16}}}
+    # Execute / Assert: the actor check needs a node per shard
+    with pytest.raises(ConfigError) as e:
+        validate(CFParams(shards=8), {"resources": {"nodes": 4}, "prepare": prep})
+    assert e.value.key == "shards" and "experiment.resources.nodes=4" in str(e.value)
+    assert "set experiment.resources.nodes=8" in str(e.value)
+    # a pool that large, no pool (the runner starts its own actors), no actor check, one device: accepted
+    validate(CFParams(shards=8), {"resources": {"nodes": 8}, "prepare": prep})
+    validate(CFParams(shards=8), {"resources": {"nodes": 0}, "prepare": prep})
+    validate(CFParams(shards=8, actor_check=False), {"resources": {"nodes": 4}, "prepare": prep})
+    validate(CFParams(shards=8, system="single"), {"resources": {"nodes": 4}, "prepare": prep})
+
+
+def test_issue_command_with_8_shards_is_rejected_before_ray():
+    # Prepare: the composed debug config of the issue's command (validation only: nothing starts)
+    from pipelines import config, dag
+
+    over = ["experiment=compactfusion", "debug=true", "experiment.common.compactfusion.shards=8",
+            "experiment.prepare.calibration.params.shards=8", "only=[cf_1bit]"]
+    # Execute / Assert
+    with pytest.raises(ConfigError, match=r"shards=8: at most experiment.resources.nodes=4"):
+        dag.validate(config.compose(over))
+    assert dag.validate(config.compose(over + ["experiment.resources.nodes=8"]))
+
+
 @pytest.mark.slow          # a fresh interpreter (~10 s); validate() is unit-tested above
 def test_cli_rejects_shards_that_do_not_divide_the_tokens_before_ray(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pipelines.cli", "run", "experiment=compactfusion", "debug=true",

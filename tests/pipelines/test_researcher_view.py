@@ -212,7 +212,8 @@ def _outcome(uri="", parent=""):
                            claims=[ClaimOutcome("values_ordered", "", "[1, 2]", True, True)], claims_held=1,
                            claims_judged=1, failed=[], variants={}, prepare_cache={}, tracking_uri=uri,
                            parent_run_id=parent, timings={"total_s": 1.0, "technique_s": 0.5, "ray_init_s": 0.1,
-                                                          "tracking_s": 0.1, "overhead_share": 0.5})
+                                                          "tracking_s": 0.1, "overhead_share": 0.5},
+                           metrics=lambda: {"a": {"value": 1.0}, "b": {"value": 2.0}}, seed_metrics=lambda: {})
 
 
 def test_debug_runs_carry_a_banner_read_from_the_parent_tag(store):

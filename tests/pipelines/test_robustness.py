@@ -139,3 +139,33 @@ def test_a_premise_on_variants_not_run_is_unknown_not_unmet():
     (claim,) = judge(spec, {"a": o})
     # Assert: b's premise would be false, but b did not run: the failure stays the technique's
     assert (claim.premise_holds, claim.status, claim.premise_error) == (None, "fails", "not run: b")
+
+
+def test_a_seed_perturbation_moves_the_variants_that_declare_their_own_seeds():
+    # Prepare: subspace_model_parallel's other_seeds sets experiment.seeds=[3,4,5]; ssn_k8, ssn_k16,
+    # dense_bf16 and int8 declare seeds: [0]
+    # Execute
+    _, jobs, _ = plan(["experiment=subspace_model_parallel", "only=other_seeds"])
+    spec = dag.validate(config.compose(dict(jobs)["other_seeds"]))
+    # Assert: every variant runs on the perturbed seeds (the seed-0-only ones on the first of them)
+    seeds = {v.name: v.seeds for v in spec.variants}
+    assert seeds["dense_fp32"] == [3, 4, 5]
+    assert {seeds[v][0] for v in ("ssn_k8", "ssn_k16", "dense_bf16", "int8")} == {3}
+    assert all(0 not in s for s in seeds.values())
+
+
+def test_a_variant_whose_seeds_cannot_be_moved_is_named():
+    from pipelines.robustness import seed_moves
+
+    # Prepare: variant b declares seed 9, which is no position of the experiment's [0, 1]
+    exp = {"name": "x", "seeds": [0, 1], "variants": {
+        "a": {"technique": "probe", "params": {"value": 1.0}},
+        "b": {"technique": "probe", "params": {"value": 1.0}, "seeds": [9]},
+        "c": {"technique": "probe", "params": {"value": 1.0}, "seeds": [1]}}}
+    base = config.compose(["experiment=platform_probe"])
+    tuned = {**base, "experiment": exp}
+    perturbed = {**base, "experiment": {**exp, "seeds": [5, 6]}, "_overrides": ["experiment.seeds=[5,6]"]}
+    # Execute
+    moves, unmoved = seed_moves(tuned, perturbed)
+    # Assert
+    assert moves == ["experiment.variants.c.seeds=[6]"] and unmoved == ["b"]

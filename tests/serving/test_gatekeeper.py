@@ -236,5 +236,22 @@ def test_experiment_validates_and_lm_form_mix_must_match_prepare():
         dag.validate(config.compose(["experiment=gatekeeper", "experiment.common.gatekeeper_lm.style_b=0.5"]))
     with pytest.raises(ConfigError, match="alpha"):
         dag.validate(config.compose(["experiment=gatekeeper", "experiment.common.gatekeeper.alpha=1.5"]))
-    with pytest.raises(ConfigError, match="lms_entry|experiment.prepare.nowhere"):
-        dag.validate(config.compose(["experiment=gatekeeper", "++experiment.variants.lm_gatekeeper.params.lms_entry=nowhere"]))
+    with pytest.raises(ConfigError, match=r"experiment.prepare.digits_overconf.step='gatekeeper_digits'"):
+        dag.validate(config.compose(["experiment=gatekeeper", "++experiment.variants.lm_gatekeeper.inputs={lms: digits_overconf}"]))
+
+
+def test_lm_validation_reads_the_entry_the_variant_binds():
+    # Prepare: lm_* bind input lms to entry lms, lm60_* to lms_mid (no param naming the entry)
+    from pipelines import config, dag
+
+    def error(*overrides):
+        with pytest.raises(ConfigError) as e:
+            dag.validate(config.compose(["experiment=gatekeeper", *overrides]))
+        return str(e.value)
+
+    # Execute: change one entry's training mix at a time
+    bad_lms = error("experiment.prepare.lms.params.small_style_b=0.3")
+    bad_mid = error("experiment.prepare.lms_mid.params.small_style_b=0.3")
+    # Assert: each is caught against the entry the variants bind (lm_* first for lms, lm60_* for lms_mid)
+    assert "style_b=0.0: 0.3 (" in bad_lms and "prepare lms small_style_b" in bad_lms
+    assert "style_b=0.0: 0.3 (" in bad_mid and "prepare lms_mid small_style_b" in bad_mid

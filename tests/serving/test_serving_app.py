@@ -79,3 +79,61 @@ def test_handle_call_without_http(summer):
 def test_bad_route_prefix_is_config_error(serve_instance):
     with pytest.raises(ConfigError):
         deploy(Summer.bind(), name="bad", route_prefix="nope")
+
+
+def _asgi_post(app, path: str, body: bytes) -> tuple[int, dict]:
+    """One POST through an ASGI app in process (no server, no network): (status, headers)."""
+    import asyncio
+
+    sent: list[dict] = []
+    msgs = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive():
+        return msgs.pop(0) if msgs else {"type": "http.disconnect"}
+
+    async def send(msg):
+        sent.append(msg)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
+
+
+def test_debug_flavour_is_in_every_response_header(monkeypatch):
+    """`dtlab serve ... debug=true` serves tiny models: each response (errors too) says so."""
+    from components.serving.app import FLAVOUR_ENV
+
+    # Prepare: an API with one route
+    api = make_api("flavour", max_body_bytes=128)
+
+    @api.post("/run")
+    def run(req: SumIn) -> dict:
+        return {"sum": sum(req.values)}
+
+    # Execute / Assert: no flavour set, no header; debug set: on a 200, a 422 and a 413
+    monkeypatch.delenv(FLAVOUR_ENV, raising=False)
+    status, headers = _asgi_post(api, "/run", b'{"values": [1]}')
+    assert status == 200 and "x-dtlab-flavour" not in headers
+    monkeypatch.setenv(FLAVOUR_ENV, "debug")
+    for body, want in ((b'{"values": [1]}', 200), (b'{"values": []}', 422), (b'{"values": [' + b"1," * 80 + b'1]}', 413)):
+        status, headers = _asgi_post(api, "/run", body)
+        assert status == want and headers.get("x-dtlab-flavour") == "debug", (status, headers)
+
+
+def test_sigterm_and_sighup_stop_a_service_as_ctrl_c_does():
+    import os
+    import signal
+
+    from components.serving.app import _StopOnSignal
+
+    before = signal.getsignal(signal.SIGTERM)
+    with _StopOnSignal() as stop:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), sig)  # the handler runs in this thread before os.kill returns to the test
+        assert stop.received == ["SIGTERM", "SIGHUP"]
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -191,3 +191,45 @@ def test_debug_experiment_end_to_end(run_experiment):
     m = out.variants["smart"].result.metrics
     for k in ("hit_ratio", "false_hit_ratio", "kv_blocks_peak", "prefill_tokens_saved", "answer_accuracy", "sim_ttft_s"):
         assert np.isfinite(m[k]), k
+
+
+@pytest.mark.parametrize("p_shift", [0.0, 0.12, 1.0])
+def test_longest_prompt_bounds_every_prompt_the_workload_builds(p_shift):
+    # Prepare: a long workload; each turn's prompt is <bos> + the session's earlier turns + Q query A
+    from components.serving.smartcache.technique import longest_prompt
+
+    kb = make_kb(KBParams(n_entities=6, n_attrs=3))
+    tok = Tokenizer(kb.vocab)
+    wp = WorkloadParams(n_sessions=3000, min_turns=1, max_turns=4, p_shift=p_shift)
+    # Execute
+    hist, longest = {}, 0
+    for t in make_workload(kb, wp, seed=0):
+        h = hist.get(t.session, 1)
+        longest = max(longest, h + len(tok.query_tokens(t.query)))
+        hist[t.session] = h + len(tok.turn_tokens(t.query, t.answer))
+    # Assert: a bound, and reached where every later turn is of one kind (3000 sessions draw the longest
+    # paraphrases somewhere); with rare shifts a run of them is unlikely, never impossible
+    assert longest <= longest_prompt(wp)
+    assert longest == longest_prompt(wp) or 0 < p_shift < 1
+    # by hand: turn 0 and (p_shift > 0) every later turn "do you know the A of E ?" = 8 words + Q, A, value, '.'
+    assert longest_prompt(wp) == (1 + 12 * 4 - 2 if p_shift > 0 else 1 + 12 + 3 * 9 - 2)
+
+
+def test_turns_beyond_the_prepared_lm_context_are_rejected_before_ray():
+    # Prepare: the debug LM has a context of 56 tokens; 5 turns can build a 59-token prompt
+    from pipelines import config, dag
+
+    def check(*overrides):
+        return dag.validate(config.compose(["experiment=smartcache", "debug=true", *overrides]))
+
+    # Execute / Assert: one line naming the key, the value, the limit and the entry it comes from
+    with pytest.raises(ConfigError) as e:
+        check("experiment.common.smartcache.workload.max_turns=8")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("experiment.") and "workload.max_turns=8: at most 4 turns" in msg
+    assert "context of 56" in msg and "experiment.prepare.lm" in msg
+    with pytest.raises(ConfigError, match="max_turns=5: at most 4 turns: 5 turns can build a 59-token prompt"):
+        check("experiment.common.smartcache.workload.max_turns=5")
+    # a context that holds them: accepted, as are the debug and full configurations
+    assert check("experiment.common.smartcache.workload.max_turns=8", "experiment.prepare.lm.params.context=95")
+    assert check() and dag.validate(config.compose(["experiment=smartcache"]))

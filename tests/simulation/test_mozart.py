@@ -172,3 +172,20 @@ def test_experts_map_to_chiplets_by_sharding_or_sharing():
     g128 = np.arange(128) // 16                        # 16 per package: 2 experts per chiplet
     first, share = chiplet_of(g128, MoEShape(experts=128), w)
     assert share == 1 and np.bincount(first, minlength=64).tolist() == [2] * 64
+
+
+def test_streaming_timeline_has_a_colour_legend_and_readable_text(monkeypatch):
+    # Prepare: one run of 2 chunks; capture the figure instead of its PNG bytes
+    from components.simulation.mozart import plots as mplots
+
+    figs = []
+    monkeypatch.setattr(mplots, "png", lambda fig: figs.append(fig) or b"")
+    ev = [{"op": op, "chunk": c, "start": 1e-5 * (c + k), "end": 1e-5 * (c + k + 1)}
+          for c in range(2) for k, op in enumerate(["dispatch", "weights", "compute", "combine"])]
+    # Execute
+    mplots.timelines({"streaming (2 chunks)": ev})
+    # Assert: every op colour named in a legend; chunk numbers and tick labels at >= 9 pt
+    ax = figs[0].axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["dispatch", "weights", "compute", "combine"]
+    assert sorted(t.get_text() for t in ax.texts) == ["0", "0", "0", "1", "1", "1"]
+    assert min(t.get_fontsize() for t in ax.texts + ax.get_yticklabels()) >= 9

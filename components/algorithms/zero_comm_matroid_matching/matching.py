@@ -3,9 +3,10 @@
 Edges are rows ``(u, v)`` with weights ``w`` and global ids; the strict order is weight descending,
 id ascending (components.algorithms.zero_comm_matroid_matching.matroids.order).
 
-- :func:`matching_kernel`: scan in that order, keep (u, v) while both kept-degrees are < 2k-1, stop
-  after ``kernel_bound(k) = (2k-1)(2k-2)+1`` kept edges. Optimal by the exchange argument of the spec
-  (our derivation and constant, not necessarily the paper's).
+- :func:`matching_kernel`: scan in that order over the simple graph (self-loops dropped, the heaviest
+  copy of each vertex pair kept), keep (u, v) while both kept-degrees are < 2k-1, stop after
+  ``kernel_bound(k) = (2k-1)(2k-2)+1`` kept edges. Optimal by the exchange argument of the spec
+  (our derivation and constant, not necessarily the paper's), on multigraphs too.
 - :func:`naive_topk`: the k heaviest edges (small, NOT optimal when heavy edges share vertices).
 - :func:`kcapped_mwm`: exact k-capped MWM as a MILP with scipy's HiGHS (relative gap 0).
 - :func:`networkx_kcapped`: the same optimum by networkx's max_weight_matching after adding n-2k dummy
@@ -24,15 +25,25 @@ def kernel_bound(k: int) -> int:
 
 
 def matching_kernel(ids: np.ndarray, edges: np.ndarray, w: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the degree-capped greedy kernel (at most kernel_bound(k) edges), in scan order."""
+    """Ids of the degree-capped greedy kernel (at most kernel_bound(k) edges), in scan order.
+
+    The shard is first read as a simple graph: self-loops are dropped (no matching uses one) and of
+    parallel edges only the first in scan order (the heaviest, then the lowest id) is kept; a matching
+    uses at most one edge per pair, so this keeps the optimum, and without it copies of one pair would
+    spend both ends' degree cap on a single choice (the exchange argument needs distinct neighbours)."""
     require(k >= 1, "k", k, "an integer >= 1")
     cap, limit = 2 * k - 1, kernel_bound(k)
     deg: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
     kept = []
     for pos in order(ids, w):
         if w[pos] <= 0:
             break
         u, v = int(edges[pos, 0]), int(edges[pos, 1])
+        pair = (min(u, v), max(u, v))
+        if u == v or pair in seen:
+            continue
+        seen.add(pair)
         if deg.get(u, 0) < cap and deg.get(v, 0) < cap:
             deg[u] = deg.get(u, 0) + 1
             deg[v] = deg.get(v, 0) + 1

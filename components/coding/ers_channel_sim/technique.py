@@ -5,9 +5,10 @@
   coordinate (the accepted sample is independent of the round, so trials truncated at the round cap
   are excluded without bias and reported). ``scheme``: ``ers`` (N; gamma(T) + delta(rank of J by the
   race variable)), ``rs_naive`` (gamma(K)), ``rs_sorting`` (gamma(m - m0 + 1) + gamma(L) + delta(rank
-  in group L): the group size 2^m, m = floor(log2 wbar(x)), must reach the decoder; m0 =
-  floor((d/2) log2(1 + 1/s2))), ``pfr`` (delta(K), truncated at max_points), ``bound`` (the
-  I + log2(I+1) + 5 line itself, a control: I by quadrature).
+  in group L): the group size 2^m, m = floor(log2 wbar(x)) capped at floor(log2 max_rounds), must reach
+  the decoder; m0 = floor((d/2) log2(1 + 1/s2)), or the cap's exponent when that is lower), ``pfr``
+  (delta(K), truncated at max_points), ``bound`` (the I + log2(I+1) + 5 line itself, a control: I by
+  quadrature).
 - ``wyner_ziv`` (Part B): ERS(N) vs RS (N = 1), PML (truncated PFR) and IML(N) on the SAME source draws
   and shared randomness: they are one measurement of four selection rules (compared at equal rate
   by interpolation, which a claim over separate variants cannot do), not baselines re-run to pair.
@@ -64,6 +65,16 @@ class ChannelSimParams:
         require(self.max_points >= 1, "max_points", self.max_points, "a PFR point cap >= 1")
 
 
+def least_group_exp(model, d: int, max_rounds: int) -> int:
+    """The least RS-sorting group exponent any source point can get, known to the decoder without x:
+    m0 = floor(log2 wbar(0)) = floor((d/2) log2(1 + 1/s2)) (wbar is least at x = 0), or the round cap's
+    floor(log2 max_rounds) when that is lower, since :func:`rs_grouped` caps every group there. The
+    group exponent is sent as gamma(m - least + 1); offset by m0 alone, a cap below 2^m0 would make
+    that index < 1. Computed with the sampler's own arithmetic, so m >= least holds bit for bit."""
+    m0 = int(np.floor(model.logwbar(np.zeros((1, d)))[0] / np.log(2.0)))
+    return min(m0, math.floor(math.log2(max_rounds)))
+
+
 def _bits(p: ChannelSimParams, model, x, rng, d: int, s2: float):
     """(bits per completed trial, outputs y, completed mask) of scheme ``p.scheme``."""
     if p.scheme == "ers":
@@ -75,8 +86,8 @@ def _bits(p: ChannelSimParams, model, x, rng, d: int, s2: float):
         ok = r["K"] > 0
         if p.scheme == "rs_naive":
             return gamma_len(r["K"][ok]), r["y"], ok
-        m0 = int(math.floor(0.5 * d * math.log2(1.0 + 1.0 / s2)))
-        return gamma_len(r["mexp"][ok] - m0 + 1) + gamma_len(r["L"][ok]) + delta_len(r["rank"][ok]), r["y"], ok
+        least = least_group_exp(model, d, p.max_rounds)
+        return gamma_len(r["mexp"][ok] - least + 1) + gamma_len(r["L"][ok]) + delta_len(r["rank"][ok]), r["y"], ok
     r = pfr(model, x, rng, p.max_points)
     ok = r["K"] > 0
     return delta_len(r["K"][ok]), r["y"], ok

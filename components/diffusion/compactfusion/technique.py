@@ -90,8 +90,9 @@ class CFParams:
 
 
 def validate(p: CFParams, exp: dict) -> None:
-    """Shards divide the DiT's tokens ((size / patch)^2 from the data and model entries); the
-    calibration was measured at these shards and at this batch, the reference sampled in it."""
+    """Shards divide the DiT's tokens ((size / patch)^2 from the data and model entries); the actor
+    check has a node actor per shard; the calibration was measured at these shards and at this batch,
+    the reference sampled in it."""
     from components.core.errors import ConfigError
 
     prep = exp.get("prepare") or {}
@@ -103,6 +104,12 @@ def validate(p: CFParams, exp: dict) -> None:
         n = (size // patch) ** 2
         if n % p.shards:
             raise ConfigError("shards", p.shards, f"a divisor of the {n} tokens ({size}x{size} images, patch {patch})")
+    nodes = (exp.get("resources") or {}).get("nodes", 0)
+    if p.actor_check and p.system != "single" and nodes and p.shards > nodes:
+        # the actor check hosts one shard per node actor of the experiment's pool (resources.nodes); with
+        # no pool (nodes 0) the runner starts its own P actors
+        raise ConfigError("shards", p.shards, f"at most experiment.resources.nodes={nodes}: the actor check "
+                          f"hosts one shard per node actor (set experiment.resources.nodes={p.shards})")
     cal = entry("calibration")
     if cal.get("shards", 4) != p.shards:
         raise ConfigError("shards", p.shards, f"the calibration entry's shards ({cal.get('shards', 4)}): "

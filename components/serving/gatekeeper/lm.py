@@ -27,7 +27,7 @@ from components.serving.cost import Usage
 from components.serving.gatekeeper.loss import gatekeeper_loss
 from components.serving.gatekeeper.metrics import ece, evaluate_cascade, overconfidence
 from components.serving.gatekeeper.technique import curve_result
-from components.serving.lms import lm_costs, lms_params, load_lm
+from components.serving.lms import lm_costs, load_lm
 
 
 def lm_batch(rng: np.random.Generator, n: int, level: str, excluded: set[str], style_b: float = 0.5, flip: float = 0.2):
@@ -150,7 +150,6 @@ class LMCascadeParams:
     style_b: float = 0.5                # surface-form mix of the stage-2 chains: must equal the prepare
     flip: float = 0.2                   # step's small_style_b / small_flip (checked), i.e. S's training mix
     ratios: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3])
-    lms_entry: str = "lms"              # the prepare entry bound to input ``lms`` (validated against it)
 
     def check(self):
         require(self.method in ("untuned", "ce_continued", "gatekeeper"), "method", self.method,
@@ -163,11 +162,15 @@ class LMCascadeParams:
         require(self.ratios and all(0 < r < 1 for r in self.ratios), "ratios", self.ratios, "deferral ratios in (0, 1)")
 
 
-def _needs_lms(p: LMCascadeParams, exp: dict) -> None:
-    lp = lms_params(exp, p.lms_entry)
+def _needs_lms(p: LMCascadeParams, exp: dict, inputs: dict) -> None:
+    """The stage-2 mix and the held-out split against the reasoning_lms entry input ``lms`` is bound to."""
+    entry = inputs["lms"]
+    require(entry.step == "reasoning_lms", f"experiment.prepare.{entry.name}.step", entry.step,
+            "reasoning_lms (gatekeeper_lm's input lms is the small/base model pair)")
+    lp = entry.params
     for mine, theirs in (("style_b", "small_style_b"), ("flip", "small_flip")):
         require(getattr(p, mine) == getattr(lp, theirs), mine, getattr(p, mine),
-                f"{getattr(lp, theirs)} (the small model's training mix: prepare {p.lms_entry} {theirs})")
+                f"{getattr(lp, theirs)} (the small model's training mix: prepare {entry.name} {theirs})")
     free = lp.n_heldout - (lp.n_select if lp.small_target_acc is not None else 0)
     require(p.n_val + p.n_test <= free, "n_test", p.n_val + p.n_test,
             f"n_val + n_test <= {free}: the prepare step's n_heldout={lp.n_heldout} never-trained problems"

@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
 import torch
 
-from components.core.errors import require
+from components.core.errors import ConfigError, require
 from components.core.registry import technique
 from components.core.result import Result
-from components.data.conversations import KBParams, Tokenizer, WorkloadParams, make_kb, make_workload
+from components.data.conversations import (EXPLICIT, FOLLOWUP, KBParams, Tokenizer, WorkloadParams, make_kb,
+                                          make_workload)
 from components.serving.cost import TokenCost, Usage
 from components.serving.smartcache.engine import Engine
 from components.serving.smartcache.eviction import StepWeights
@@ -73,6 +74,32 @@ class SmartCacheParams:
         require(self.rho_layers >= 1, "rho_layers", self.rho_layers, "a positive number of layers")
         for k in ("sim_lm_params", "embed_params"):
             require(getattr(self, k) > 0, k, getattr(self, k), "a positive parameter count")
+
+
+def longest_prompt(wp: WorkloadParams) -> int:
+    """The most tokens the workload can put before an answer: ``<bos>`` and ``max_turns - 1`` whole turns
+    (each ``Q query A value .``) and the last turn's ``Q query A``. Turn 0 and every topic shift are
+    explicit questions, the rest follow-ups; with ``p_shift > 0`` any later turn can be a shift, so
+    every turn is counted at the longest paraphrase it can take (entities, attribute names and values
+    are one word each)."""
+    words = lambda templates: max(len(t.format(a="a", e="e").split()) for t in templates)  # noqa: E731
+    explicit, followup = words(EXPLICIT) + 4, words(FOLLOWUP) + 4     # + Q, A, the value, '.'
+    later = max(explicit, followup) if wp.p_shift > 0 else followup
+    return 1 + explicit + (wp.max_turns - 1) * later - 2
+
+
+def validate(p: SmartCacheParams, exp: dict, inputs: dict) -> None:
+    """The workload's longest prompt fits the context of the LM its ``lm`` input is bound to (else every
+    session that long fails mid-run)."""
+    wp = WorkloadParams(**p.workload)
+    lm = inputs["lm"]
+    context = getattr(lm.params, "context", None)
+    if context is None or longest_prompt(wp) <= context:
+        return
+    fits = max((n for n in range(1, wp.max_turns) if longest_prompt(replace(wp, max_turns=n)) <= context), default=0)
+    raise ConfigError("workload.max_turns", wp.max_turns,
+                      f"at most {fits} turns: {wp.max_turns} turns can build a {longest_prompt(wp)}-token prompt, "
+                      f"over the context of {context} of the LM prepared by experiment.prepare.{lm.name}")
 
 
 def private_footprint(turns, tok: Tokenizer, block_size: int) -> int:
@@ -155,7 +182,7 @@ def replay(p: SmartCacheParams, lm: dict, emb: dict, seed: int, progress=None) -
                   info={"lm_heldout_accuracy": lm["heldout_accuracy"], "system": p.system, "budget": budget})
 
 
-@technique("smartcache", family="serving", params=SmartCacheParams, inputs=("lm", "embeddings"),
+@technique("smartcache", family="serving", params=SmartCacheParams, inputs=("lm", "embeddings"), validate=validate,
            summary="SmartCache: semantic forest + attention topic-shift detection + cross-session KV block sharing + "
                    "STEP eviction, or a baseline cache (none, vLLM prefix caching, query/context semantic caches).")
 def run_smartcache(p: SmartCacheParams, ctx) -> Result:

@@ -1,0 +1,145 @@
+"""An experiment's inputs: what makes a recorded run current (`dtlab reproduce`, the scoreboard).
+
+Inputs = the experiment's resolved config (with the flavour and ``only=`` it ran), the source of
+every components/ module its techniques and prepare steps import (the closure the prepare cache
+key hashes: components.core.cache.module_closure) and dtlab's version. Each file is hashed on
+its own, so a stale run can name the files that changed. Every parent run carries the combined
+hash as the tag ``dtlab.input_hash`` and the per-file hashes as the artifact ``inputs.json``.
+
+Modules are found through the registry (``get_technique(name).fn.__module__``), never by
+importing all of components/. What a technique looks up by name at run time (a strategy, a
+block) is not an import, so it is not in the closure: the prepare cache has the same limit.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.core.provenance import ROOT, dtlab_version
+
+HASH_TAG = "dtlab.input_hash"
+CONFIG_TAG = "dtlab.config_hash"
+FLAVOUR_TAG = "dtlab.flavour"
+SUBSET_TAG = "dtlab.subset"
+ARTIFACT = "inputs.json"
+
+
+@dataclass
+class Inputs:
+    """One experiment configuration's inputs: the combined hash and its parts."""
+    digest: str                              # what the tag holds
+    config: str                              # hash of the resolved config (flavour, only= included)
+    version: str                             # dtlab's version
+    files: dict[str, str] = field(default_factory=dict)   # repo-relative path -> sha256[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"digest": self.digest, "config": self.config, "version": self.version, "files": self.files}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Inputs":
+        return cls(str(d.get("digest", "")), str(d.get("config", "")), str(d.get("version", "")),
+                   dict(d.get("files") or {}))
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def file_hash(path: str) -> str:
+    """sha256[:16] of a repo-relative file's bytes; "missing" when it is gone."""
+    try:
+        return _sha((ROOT / path).read_bytes())
+    except OSError:
+        return "missing"
+
+
+def _normalised(obj: Any) -> Any:
+    """The config with this checkout's absolute path written as ``<root>`` (clones elsewhere agree)."""
+    text = json.dumps(obj, sort_keys=True, default=str).replace(str(ROOT), "<root>")
+    return json.loads(text)
+
+
+def config_hash(experiment: dict, debug: bool, only: list[str] | None) -> str:
+    blob = json.dumps({"experiment": _normalised(experiment), "flavour": "debug" if debug else "full",
+                       "only": sorted(only or [])}, sort_keys=True, default=str)
+    return _sha(blob.encode())
+
+
+def code_modules(spec) -> list[str]:
+    """Every components/ module the spec's techniques and prepare steps import, transitively."""
+    from components.core.cache import module_closure
+    from components.core.registry import get_prepare_step, get_technique
+
+    roots = {get_technique(v.technique).fn.__module__ for v in spec.variants}
+    roots |= {get_prepare_step(p.step).fn.__module__ for p, _ in spec.needed_prepare()}
+    mods: set[str] = set()
+    for m in roots:
+        mods |= set(module_closure(m))
+    return sorted(mods)
+
+
+def module_path(module: str) -> str | None:
+    """A module's file relative to the repository root (None outside it)."""
+    from components.core.cache import _module_file
+
+    f = _module_file(module)
+    if f is None:
+        return None
+    try:
+        return str(Path(f).resolve().relative_to(ROOT))
+    except ValueError:
+        return None
+
+
+def of_spec(spec, experiment: dict, debug: bool, only: list[str] | None) -> Inputs:
+    """The inputs of a validated spec (what a run records and what reproduce compares)."""
+    files = {}
+    for m in code_modules(spec):
+        p = module_path(m)
+        if p is not None:
+            files[p] = file_hash(p)
+    cfg, version = config_hash(experiment, debug, only), dtlab_version()
+    digest = _sha(json.dumps({"config": cfg, "version": version, "files": files}, sort_keys=True).encode())
+    return Inputs(digest, cfg, version, dict(sorted(files.items())))
+
+
+def of_config(cfg: dict) -> Inputs:
+    """The inputs of a composed, resolved config (``cfg["experiment"]``, ``debug``, ``only``)."""
+    from pipelines.dag import _parse_only
+    from pipelines.experiment import build_spec, overridden_keys
+
+    only = _parse_only(cfg.get("only"))
+    spec = build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=only,
+                      overridden=overridden_keys(cfg.get("_overrides")))
+    return of_spec(spec, cfg["experiment"], bool(cfg.get("debug")), only)
+
+
+def run_tags(spec, cfg: dict) -> tuple[dict[str, str], Inputs]:
+    """The tags a parent run carries (flavour, subset, input and config hashes), and its inputs."""
+    from pipelines.dag import _parse_only
+
+    only = _parse_only(cfg.get("only"))
+    inputs = of_spec(spec, cfg["experiment"], bool(cfg.get("debug")), only)
+    tags = {FLAVOUR_TAG: "debug" if cfg.get("debug") else "full", HASH_TAG: inputs.digest, CONFIG_TAG: inputs.config}
+    if only:
+        tags[SUBSET_TAG] = ",".join(only)
+    return tags, inputs
+
+
+def changed(recorded: Inputs, current: Inputs) -> list[str]:
+    """Why ``recorded`` is not ``current``: the files changed, added or gone, then the config and the
+    version; [] when they agree."""
+    if recorded.digest == current.digest:
+        return []
+    out = [p for p in sorted(set(recorded.files) | set(current.files))
+           if recorded.files.get(p) != current.files.get(p)]
+    out = [p + (" (new import)" if p not in recorded.files else " (no longer imported)" if p not in current.files
+                else "") for p in out]
+    if recorded.config != current.config:
+        out.append("the resolved config")
+    if recorded.version != current.version:
+        out.append(f"dtlab version {recorded.version} -> {current.version}")
+    return out or ["the input hash (parts not recorded)"]

@@ -1,0 +1,478 @@
+"""`dtlab reproduce`: every experiment's full configuration into one store, skipping what is current.
+
+An experiment is current when its latest FINISHED full run in the store (full variant set, no
+overrides) came from the same inputs as this checkout's: its resolved config, the source of every
+components/ module its techniques and prepare steps import, and dtlab's version (pipelines.inputs).
+So an edit re-runs exactly the experiments it touches, like `dvc repro`. The experiments run one
+after another, each as its own `dtlab run` process (its output in RUNS_DIR/reproduce/logs/), under
+one progress view with an ETA from each experiment's last wall time; Ctrl-C stops the running one
+cleanly (its runs KILLED) and the next call resumes. Then RESULTS.md is written from the store, the
+same content goes to RUNS_DIR/reports/scoreboard.html and onto a `scoreboard` run in MLflow.
+
+    dtlab reproduce                                  every experiment (full flavour) + RESULTS.md at the root
+    dtlab reproduce experiment=duo,fal               a chosen set; --family training: one family
+    dtlab reproduce --dry-run                        what would run and why (the files that changed)
+    dtlab reproduce --force                          run even what is current
+    dtlab reproduce --robustness                     also each experiment's declared perturbations
+    dtlab reproduce --check [RESULTS.md]             is the file current for this checkout? (exit 1: stale)
+    dtlab reproduce --flavour debug                  the tiny debug configurations (tests the mechanism;
+                                                     RESULTS.md then goes to RUNS_DIR, marked DEBUG)
+    dtlab reproduce --results PATH                   write RESULTS.md there instead
+
+Bad input (an unknown experiment or family, --robustness on an experiment without a robustness:
+block) is one line and exit 2, before anything runs. `cluster=remote` is refused (exit 2): on a Ray
+cluster submit each `dtlab run experiment=NAME cluster=remote tracking=server` as a Ray job instead.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.core.provenance import ROOT
+from pipelines.preflight import _die
+
+USAGE = __doc__.split("\n\n", 1)[1]
+FLAVOURS = ("full", "debug")
+_FLAGS = ("--force", "--dry-run", "--robustness")
+
+
+@dataclass
+class Job:
+    """One configuration to bring up to date: an experiment's own, or one of its perturbations."""
+    experiment: str
+    label: str                     # "" for the experiment's configuration; else the perturbation
+    overrides: list[str]           # what `dtlab run` gets
+    inputs: Any                    # pipelines.inputs.Inputs of this checkout
+    latest: Any = None             # its latest finished run in the store (this flavour, same kind)
+    why: list[str] = field(default_factory=list)   # why it runs; [] = current
+    last_wall_s: float | None = None
+    state: str = "queued"
+    started: float = 0.0
+    wall_s: float | None = None
+    peak_mb: float | None = None
+    run_id: str = ""
+    returncode: int | None = None
+    note: str = ""                 # e.g. variants whose own seeds a seed perturbation cannot move
+
+    @property
+    def key(self) -> str:
+        return self.experiment + (f"/{self.label}" if self.label else "")
+
+
+def parse_args(args: list[str]) -> dict[str, Any]:
+    """Flags, ``experiment=a,b``, ``--family F`` and config overrides (runs_dir=, tracking=, ...);
+    bad input exits 2."""
+    opts: dict[str, Any] = {"experiments": [], "family": None, "force": False, "dry_run": False, "robustness": False,
+                            "check": None, "flavour": "full", "results": None, "overrides": []}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        flag, eq, inline = a.partition("=") if a.startswith("--") else (a, "", "")
+        if a in _FLAGS:
+            opts[a[2:].replace("-", "_")] = True
+        elif flag in ("--family", "--flavour", "--results"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            i += 0 if eq else 1
+            if not value:
+                _die(f"{flag}: a value (e.g. {flag} NAME)")
+            opts[flag[2:]] = value
+        elif flag == "--check":
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            if inline:
+                opts["check"] = inline
+            elif nxt and not nxt.startswith("-") and "=" not in nxt:
+                opts["check"], i = nxt, i + 1
+            else:
+                opts["check"] = str(ROOT / "RESULTS.md")
+        elif a.startswith("experiment="):
+            opts["experiments"] += [e for e in a.partition("=")[2].strip("[]").split(",") if e]
+        elif "=" in a and not a.startswith("-"):
+            opts["overrides"].append(a)
+        else:
+            _die(f"reproduce: unknown argument {a!r}; see dtlab reproduce --help")
+        i += 1
+    if opts["flavour"] not in FLAVOURS:
+        _die(f"--flavour={opts['flavour']!r}: one of {', '.join(FLAVOURS)}")
+    return opts
+
+
+def select(opts: dict[str, Any]) -> list[str]:
+    """The experiments to bring up to date (exit 2 on an unknown name or family, a missing
+    ``robustness:`` block with --robustness, or ``cluster=remote``)."""
+    from omegaconf import OmegaConf
+
+    from pipelines.config import CONF_DIR, experiment_names
+
+    names = experiment_names()
+    for ov in opts["overrides"]:
+        key, _, value = ov.lstrip("+~").partition("=")
+        if (key == "cluster" and value == "remote") or key in ("cluster.address",):
+            _die(f"{key}={value!r}: dtlab reproduce runs on this machine (cluster=local); on a Ray cluster "
+                 "submit `dtlab run experiment=NAME cluster=remote tracking=server` per experiment as a Ray job")
+        if key in ("debug", "only", "robustness") or key.startswith("experiment.") or key == "hparams_search":
+            _die(f"{key}={value!r}: reproduce runs each experiment's own configuration; allowed: runs_dir=, "
+                 "tracking=, tracking.*, cluster.* (use --flavour debug for the debug flavour)")
+    unknown = [e for e in opts["experiments"] if e not in names]
+    if unknown:
+        _die(f"experiment={unknown[0]!r}: one of " + ", ".join(names))
+    raw = {n: OmegaConf.to_container(OmegaConf.load(CONF_DIR / "experiment" / f"{n}.yaml"), resolve=False) for n in names}
+    chosen = opts["experiments"] or names
+    if opts["family"]:
+        families = sorted({str(r.get("family", "")) for r in raw.values()})
+        if opts["family"] not in families:
+            _die(f"--family={opts['family']!r}: one of " + ", ".join(families))
+        chosen = [n for n in chosen if raw[n].get("family") == opts["family"]]
+        if not chosen:
+            _die(f"--family={opts['family']!r}: none of experiment={','.join(opts['experiments'])} is in it")
+    if opts["robustness"]:
+        bare = [n for n in chosen if not raw[n].get("robustness")]
+        if bare:
+            _die(f"--robustness: experiment {bare[0]!r} declares no robustness: block (conf/experiment/{bare[0]}.yaml)")
+    return chosen
+
+
+def plan_jobs(experiments: list[str], opts: dict[str, Any]) -> list[Job]:
+    """One job per experiment (and per declared perturbation with --robustness), with this checkout's
+    inputs; ConfigError on a config that does not validate."""
+    from pipelines import config
+    from pipelines.inputs import of_config
+
+    flavour = ["debug=true"] if opts["flavour"] == "debug" else []
+    jobs = []
+    for exp in experiments:
+        own = [f"experiment={exp}", *flavour]
+        jobs.append(Job(exp, "", own, of_config(config.compose(own))))
+        if opts["robustness"]:
+            from pipelines.robustness import plan_with_notes
+
+            _, perturbed, _, unmoved = plan_with_notes(own)
+            for label, job in perturbed[1:]:   # [0] is the tuned configuration: the experiment's own run
+                note = f"seeds not moved: {', '.join(unmoved[label])}" if unmoved.get(label) else ""
+                jobs.append(Job(exp, label, job, of_config(config.compose(job)), note=note))
+    return jobs
+
+
+def _matches(run, job: Job, flavour: str) -> bool:
+    """Whether a parent run is a run of this job's kind (its flavour, full variant set, its label)."""
+    from components.core.runs_query import off_board, robustness_label
+
+    label = robustness_label(run)
+    same = label in ("", "tuned") if not job.label else label == job.label
+    return same and not off_board(run, flavour)
+
+
+def judge(jobs: list[Job], client, flavour: str, force: bool) -> None:
+    """Fill each job's latest run, last wall time and why it runs ([] = current)."""
+    from components.core.runs_query import parent_history
+    from pipelines.inputs import ARTIFACT, HASH_TAG, Inputs, changed
+    from pipelines.results_md import _wall
+    from pipelines.scoreboard import _Artifacts
+
+    known = {e.name for e in client.search_experiments()}
+    names = sorted({j.experiment for j in jobs} & known)
+    hist = {h.experiment.name: h.runs for h in parent_history(client, names, statuses=("FINISHED",))} if names else {}
+    art = _Artifacts(client)
+    for job in jobs:
+        runs = [r for r in hist.get(job.experiment, []) if _matches(r, job, flavour)]
+        job.latest = runs[0] if runs else None
+        job.last_wall_s = _wall(runs[0]) if runs else None
+        if job.latest is None:
+            job.why = ["never run"]
+        elif job.latest.data.tags.get(HASH_TAG) == job.inputs.digest:
+            job.why = []
+        elif not job.latest.data.tags.get(HASH_TAG):
+            job.why = ["inputs not recorded (a run from before input hashes)"]
+        else:
+            rec = art.json(job.latest.info.run_id, ARTIFACT)
+            job.why = changed(Inputs.from_json(rec) if rec else Inputs(job.latest.data.tags[HASH_TAG], "", ""), job.inputs)
+        if force and not job.why:
+            job.why = ["--force"]
+        job.state = "queued" if job.why else "current"
+
+
+# ------------------------------------------------------------------------------------------ progress
+def _eta(jobs: list[Job], now: float) -> tuple[float, bool]:
+    """Seconds left (from each job's last wall time) and whether every remaining job has one."""
+    left, known = 0.0, True
+    for j in jobs:
+        if j.state == "queued":
+            known &= j.last_wall_s is not None
+            left += j.last_wall_s or 0.0
+        elif j.state == "running":
+            known &= j.last_wall_s is not None
+            left += max(0.0, (j.last_wall_s or 0.0) - (now - j.started))
+    return left, known
+
+
+def render(jobs: list[Job], now: float):
+    """The progress view: every job, its state, last and current wall time, and the ETA."""
+    from rich.table import Table
+
+    from pipelines.results_md import _duration
+
+    left, known = _eta(jobs, now)
+    todo = sum(j.state in ("queued", "running") for j in jobs)
+    t = Table(title=f"dtlab reproduce: {todo} to run, {sum(j.state == 'current' for j in jobs)} current · ETA "
+                    f"{'≥ ' if not known else ''}{_duration(left)}", title_justify="left")
+    for c in ("experiment", "state", "last wall", "wall", "why"):
+        t.add_column(c, overflow="fold")
+    style = {"current": "dim", "queued": "", "running": "yellow", "done": "green", "failed": "red", "killed": "red"}
+    for j in jobs:
+        wall = now - j.started if j.state == "running" else j.wall_s
+        why = ", ".join(j.why[:3]) + (f" (+{len(j.why) - 3} more)" if len(j.why) > 3 else "")
+        t.add_row(j.key, f"[{style.get(j.state, '')}]{j.state}[/]" if style.get(j.state) else j.state,
+                  _duration(j.last_wall_s), _duration(wall) if wall is not None else "–", why)
+    return t
+
+
+def _tree_rss_mb(proc) -> float:
+    """RSS of a process and its descendants (MB); 0 when it is gone."""
+    import psutil
+
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2 ** 20
+
+
+def job_command(job: Job, passthrough: list[str]) -> list[str]:
+    """The child's command line: `dtlab run` with the job's overrides."""
+    return [sys.executable, "-m", "pipelines.cli", "run", *job.overrides, *passthrough]
+
+
+def run_job(job: Job, passthrough: list[str], log_dir: Path, tick) -> int:
+    """Run one job as `dtlab run` in a child process (output to its log); its exit code. Samples the
+    process tree's memory; Ctrl-C is passed on to the child, which ends its runs KILLED."""
+    import psutil
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{job.key.replace('/', '--')}.log"
+    cmd = job_command(job, passthrough)
+    job.state, job.started, job.peak_mb = "running", time.time(), 0.0
+    with open(log, "w") as out:
+        child = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, "COLUMNS": "160"})
+        proc = psutil.Process(child.pid)
+        try:
+            while child.poll() is None:
+                job.peak_mb = max(job.peak_mb, _tree_rss_mb(proc))
+                tick()
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            child.send_signal(signal.SIGINT)  # its own session: the terminal's Ctrl-C reached us only
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.terminate()
+                child.wait()
+            job.state, job.wall_s, job.returncode = "killed", time.time() - job.started, child.returncode
+            raise
+    job.wall_s, job.returncode = time.time() - job.started, child.returncode
+    job.state = "done" if child.returncode == 0 else "failed"
+    return child.returncode
+
+
+def _record(client, job: Job, flavour: str, machine: str) -> None:
+    """Find the run the job made (newest of its kind, started after it) and put wall, peak memory and
+    the machine on it: RESULTS.md reads them from the store."""
+    from components.core.runs_query import parent_history
+
+    try:
+        (h,) = parent_history(client, [job.experiment], statuses=("FINISHED", "FAILED"), search_depth=20)
+    except ValueError:
+        return
+    run = next((r for r in h.runs if _matches(r, job, flavour) and r.info.start_time >= job.started * 1000 - 5000), None)
+    if run is None:
+        return
+    job.run_id = run.info.run_id
+    client.log_metric(run.info.run_id, "reproduce.wall_s", float(job.wall_s or 0.0))
+    client.log_metric(run.info.run_id, "reproduce.peak_rss_mb", float(job.peak_mb or 0.0))
+    client.set_tag(run.info.run_id, "dtlab.machine", machine)
+
+
+# ------------------------------------------------------------------------------------------ commands
+def check(path: str, console) -> int:
+    """`--check`: compare the inputs RESULTS.md records with this checkout's; 0 current, 1 stale."""
+    from components.core.errors import ConfigError
+    from pipelines import config
+    from pipelines.inputs import Inputs, changed, of_config
+    from pipelines.results_md import read_inputs
+
+    try:
+        text = Path(path).read_text()
+        flavour, recorded = read_inputs(text)
+    except (OSError, ValueError) as e:
+        _die(f"--check {path}: {e}")
+    names = config.experiment_names()
+    stale: dict[str, list[str]] = {}
+    for exp, rec in sorted(recorded.items()):
+        name = exp.split("/")[0]
+        if name not in names:
+            stale[exp] = ["experiment no longer exists"]
+            continue
+        try:
+            now = of_config(config.compose(rec.get("overrides") or [f"experiment={name}"]))
+        except ConfigError as e:
+            stale[exp] = [f"config no longer validates: {e}"]
+            continue
+        why = changed(Inputs.from_json(rec), now)
+        if why:
+            stale[exp] = why
+    missing = [n for n in names if n not in {k.split("/")[0] for k in recorded}]
+    for exp, why in stale.items():
+        console.print(f"[yellow]stale[/] {exp}: " + ", ".join(why))
+    if missing:
+        console.print(f"[dim]not in {path}: {', '.join(missing)}[/]")
+    n_current = len(recorded) - len(stale)
+    console.print(f"{path}: {n_current}/{len(recorded)} recorded experiment(s) current"
+                  + (f", {len(stale)} stale" if stale else "") + f" (flavour {flavour})")
+    return 1 if stale else 0
+
+
+def _file_current(path: Path, jobs: list[Job]) -> bool:
+    """Whether RESULTS.md at ``path`` already records every one of these experiments' current inputs."""
+    from pipelines.results_md import read_inputs
+
+    try:
+        _, recorded = read_inputs(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return all(recorded.get(j.experiment, {}).get("digest") == j.inputs.digest for j in jobs if not j.label)
+
+
+def results_path(opts: dict[str, Any], runs_dir: str) -> Path:
+    """Where RESULTS.md goes: --results, else the root for the full flavour, RUNS_DIR for debug
+    (a debug board never overwrites the committed file)."""
+    if opts["results"]:
+        return Path(opts["results"]).resolve()
+    return ROOT / "RESULTS.md" if opts["flavour"] == "full" else Path(runs_dir).resolve() / "RESULTS.md"
+
+
+def cmd_reproduce(args: list[str]) -> None:
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE)
+        return
+    from rich.console import Console
+
+    console = Console()
+    opts = parse_args(args)
+    if opts["check"] is not None:
+        raise SystemExit(check(opts["check"], console))
+    experiments = select(opts)
+    from mlflow.tracking import MlflowClient
+
+    from components.core.errors import ConfigError
+    from pipelines.cli import _tracking_uri
+
+    uri, _, cfg = _tracking_uri(opts["overrides"])
+    if opts["results"] and opts["flavour"] == "debug" and Path(opts["results"]).resolve() == ROOT / "RESULTS.md":
+        _die("--results: a debug board is never written to the repository's RESULTS.md; give another path")
+    t0 = time.time()
+    try:
+        jobs = plan_jobs(experiments, opts)
+    except ConfigError as e:
+        _die(str(e))
+    client = MlflowClient(tracking_uri=uri)
+    judge(jobs, client, opts["flavour"], opts["force"])
+    todo = [j for j in jobs if j.why]
+    console.print(f"dtlab reproduce: {len(jobs)} configuration(s) · {len(todo)} to run · "
+                  f"{len(jobs) - len(todo)} current (checked in {time.time() - t0:.1f}s) · store {uri}")
+    if opts["dry_run"]:
+        for j in jobs:
+            console.print(("[green]current[/] " if not j.why else "[yellow]run[/]     ") + j.key
+                          + (f" ({j.latest.info.run_id[:8]}, {_date(j.latest)})" if not j.why and j.latest else "")
+                          + (": " + ", ".join(j.why) if j.why else "") + (f" [yellow]({j.note})[/]" if j.note else ""))
+        return
+    from pipelines.results_md import machine_text
+
+    machine = machine_text()
+    passthrough = [o for o in opts["overrides"]]
+    log_dir = Path(cfg["runs_dir"]) / "reproduce" / "logs"
+    interrupted, failed = False, []
+    live = None
+    if console.is_terminal and todo:
+        from rich.live import Live
+
+        live = Live(render(jobs, time.time()), console=console, refresh_per_second=2)
+        live.__enter__()
+
+    def tick() -> None:
+        if live is not None:
+            live.update(render(jobs, time.time()))
+
+    from pipelines.dag import terminate_as_interrupt
+
+    stop = terminate_as_interrupt()  # SIGTERM / SIGHUP end the running job like Ctrl-C
+    stop.__enter__()
+    try:
+        for i, job in enumerate(todo):
+            if live is None:
+                console.print(f"[{i + 1}/{len(todo)}] {job.key}: running ({', '.join(job.why[:3])})"
+                              + (f" ({job.note})" if job.note else ""), highlight=False)
+            try:
+                rc = run_job(job, passthrough, log_dir, tick)
+            except KeyboardInterrupt:
+                interrupted = True
+                _record(client, job, opts["flavour"], machine)
+                break
+            _record(client, job, opts["flavour"], machine)
+            if rc != 0:
+                failed.append(job.key)
+            if live is None:
+                console.print(f"[{i + 1}/{len(todo)}] {job.key}: {job.state} in {job.wall_s:.0f}s"
+                              + (f" (exit {rc}; log {log_dir})" if rc else ""), highlight=False)
+            tick()
+    finally:
+        stop.__exit__(None, None, None)
+        if live is not None:
+            live.update(render(jobs, time.time()))
+            live.__exit__(None, None, None)
+    if interrupted:
+        console.print("[yellow]interrupted: the next `dtlab reproduce` resumes (what finished is current)[/]")
+        raise SystemExit(130)
+    if failed:
+        console.print(f"[red]{len(failed)} configuration(s) exited non-zero: {', '.join(failed)} (logs: {log_dir})[/]")
+    path = results_path(opts, cfg["runs_dir"])
+    if not todo and _file_current(path, jobs):
+        console.print(f"nothing ran and {path} records these inputs: left as it is")
+    else:
+        write_outputs(client, uri, cfg, opts, jobs, console)
+    console.print(f"dtlab reproduce: done in {time.time() - t0:.0f}s")
+    if any(j.state == "failed" and not j.run_id for j in jobs):
+        raise SystemExit(1)
+
+
+def write_outputs(client, uri: str, cfg: dict, opts: dict[str, Any], jobs: list[Job], console) -> Path:
+    """RESULTS.md, runs/reports/scoreboard.html (with the same summary) and the MLflow scoreboard run."""
+    from pipelines import results_md
+    from pipelines.scoreboard import current_inputs, scoreboard
+
+    planned = {j.experiment: j.inputs for j in jobs if not j.label}
+
+    def current(exp: str):
+        return planned[exp] if exp in planned else current_inputs(exp, opts["flavour"])
+
+    path = results_path(opts, cfg["runs_dir"])
+    model = results_md.write(client, path, opts["flavour"], current=current)
+    out = scoreboard(uri, os.path.join(cfg["runs_dir"], "reports"), console=None, mlflow_run=True,
+                     summary_html=results_md.summary_html(model), extra=[path], current=current,
+                     flavour=opts["flavour"])
+    console.print(f"RESULTS.md: {path} · HTML: {out['html']} · MLflow run {out['mlflow_run_id']}")
+    return path
+
+
+def _date(run) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(run.info.start_time / 1000))

@@ -1,0 +1,299 @@
+"""RESULTS.md: the board as one generated file, written by `dtlab reproduce` from the store.
+
+Built from the same rows as `dtlab scoreboard` (pipelines.scoreboard.collect): one board run per
+experiment (the latest FINISHED run of its full configuration in the flavour asked for). The file
+holds a header (code version, dates, machine, total wall time), a summary table (one row per
+experiment: the paper's headline, ours ± SE, gated claims by status with ``kind: accounting`` claims
+apart, robustness k/n, wall time and peak memory), one section per experiment (every claim: the
+paper's figure, the measured figure labelled by name, status, premise; plots as links; spec sheet
+and family README) and, at the end, each experiment's recorded inputs, so that
+`dtlab reproduce --check` tells from the file alone whether it is current for a checkout.
+
+Nothing in it depends on when it is generated: the same store gives the same bytes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from components.core.provenance import ROOT
+
+BEGIN, END = "<!-- dtlab-inputs:begin -->", "<!-- dtlab-inputs:end -->"
+HEADLINE_CHARS = 110
+STATUS_COLUMNS = ("holds", "fails", "premise not met", "inconclusive")
+KEPT = ("holds", "premise not met")   # a perturbation keeps a claim unless the claim fails under it
+
+
+def _md(text: Any) -> str:
+    """Text for a markdown table cell: pipes escaped, newlines as <br>."""
+    return str(text).replace("|", "\\|").replace("\n", "<br>")
+
+
+def _short(text: str, n: int = HEADLINE_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _anchor(name: str) -> str:
+    return re.sub(r"[^a-z0-9_-]", "", name.lower().replace(" ", "-"))
+
+
+def _wall(run) -> float | None:
+    m = run.data.metrics
+    for k in ("reproduce.wall_s", "platform.total_s"):
+        if k in m and math.isfinite(m[k]):
+            return float(m[k])
+    if run.info.end_time and run.info.start_time:
+        return (run.info.end_time - run.info.start_time) / 1000
+    return None
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "–"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def machine_text() -> str:
+    """This machine: cores, memory, GPU (what reproduce records on every run it makes)."""
+    import psutil
+
+    gpu = "no GPU"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    except Exception:  # noqa: BLE001 - no torch or no driver: no GPU to name
+        pass
+    return f"{os.cpu_count()} cores · {psutil.virtual_memory().total / 2 ** 30:.0f} GiB · {gpu}"
+
+
+def _links(exp: str, family: str, base: Path) -> list[tuple[str, str]]:
+    """(label, relative link) for the experiment's config, spec sheet and family README, where they exist."""
+    out = []
+    targets = [("config", ROOT / "conf" / "experiment" / f"{exp}.yaml"),
+               ("spec sheet", ROOT.parent / "shared" / "techniques" / f"{exp}.md"),
+               ("family README", ROOT / "components" / family / "README.md")]
+    for label, path in targets:
+        if path.exists():
+            out.append((label, os.path.relpath(path, base)))
+    return out
+
+
+def build(client, flavour: str = "full", experiments: list[str] | None = None, current=None,
+          plots_dir: Path | None = None, base: Path = ROOT) -> dict[str, Any]:
+    """The file's content as data: header, one entry per experiment, recorded inputs. With
+    ``plots_dir``, each board run's plots are copied there (the file links them relative to ``base``)."""
+    from pipelines import scoreboard as sb
+
+    rows, latest = sb.collect(client, experiments=experiments, flavour=flavour, current=current)
+    art = sb._Artifacts(client)
+    configs = sb._experiment_configs()
+    out: dict[str, Any] = {"flavour": flavour, "experiments": [], "inputs": {}}
+    for exp in dict.fromkeys(r["experiment"] for r in rows):
+        mine = [r for r in rows if r["experiment"] == exp]
+        run = latest.get(exp)
+        gated = [r for r in mine if r["gate"] and r["status"] != "not run"]
+        emp = [r for r in gated if r["kind"] != "accounting"]
+        acc = [r for r in gated if r["kind"] == "accounting"]
+        statuses = list(dict.fromkeys([*STATUS_COLUMNS, *(r["status"] for r in emp)]))
+        head = next((r for r in mine if r["gate"] and r["kind"] != "accounting"), None)
+        entry: dict[str, Any] = {
+            "name": exp, "family": mine[0]["family"], "run_id": run.info.run_id if run else "",
+            "run_name": run.info.run_name if run else "", "code_version": mine[0]["code_version"],
+            "date": mine[0]["date"], "stale": mine[0]["stale"] if run else None,
+            "counts": {s: sum(r["status"] == s for r in emp) for s in statuses},
+            "accounting": {"held": sum(r["status"] == "holds" for r in acc), "judged": len(acc)},
+            "headline": {"claim": head["claim"], "paper": head["paper"],
+                         "ours": (head["measured_labelled"] or head["measured"] or "").replace("\n", "; "),
+                         "status": head["status"]} if head else None,
+            "wall_s": _wall(run) if run else None,
+            "peak_mb": run.data.metrics.get("reproduce.peak_rss_mb") if run else None,
+            "machine": run.data.tags.get("dtlab.machine", "") if run else "",
+            "claims": mine, "robustness": _robustness(mine), "plots": [],
+            "links": _links(exp, str((configs.get(exp) or {}).get("family") or mine[0]["family"]), base),
+        }
+        if run is not None:
+            recorded = art.json(run.info.run_id, "inputs.json")
+            if recorded:
+                out["inputs"][exp] = {**recorded, "overrides": [f"experiment={exp}"]
+                                      + (["debug=true"] if flavour == "debug" else [])}
+            if plots_dir is not None:
+                entry["plots"] = _copy_plots(client, run.info.run_id, plots_dir / exp, base)
+        out["experiments"].append(entry)
+    ran = [e for e in out["experiments"] if e["run_id"]]
+    out["code_versions"] = sorted({e["code_version"] for e in ran})
+    out["dates"] = sorted(e["date"] for e in ran)
+    out["machines"] = sorted({e["machine"] for e in ran if e["machine"]})
+    out["total_wall_s"] = sum(e["wall_s"] or 0.0 for e in ran)
+    versions = sorted({i.get("version", "") for i in out["inputs"].values()})
+    out["dtlab_versions"] = versions
+    return out
+
+
+def _robustness(rows: list[dict]) -> dict[str, Any]:
+    """k/n: of the perturbations judged, those under which no gated claim that holds tuned fails."""
+    gated = [r for r in rows if r["gate"] and r["kind"] != "accounting" and r["status"] == "holds"]
+    labels = sorted({k for r in rows for k in r["off_tuned"]["perturbations"]})
+    kept = []
+    for label in labels:
+        judged = [r["off_tuned"]["perturbations"].get(label, {}).get("status", "not run") for r in gated]
+        if all(s in KEPT or s == "not run" for s in judged):
+            kept.append(label)
+    return {"k": len(kept), "n": len(labels), "kept": kept, "labels": labels}
+
+
+def _copy_plots(client, run_id: str, folder: Path, base: Path) -> list[tuple[str, str]]:
+    from pipelines.compare import _pngs
+
+    out = []
+    for name, data in sorted(_pngs(client, run_id)):
+        target = folder / Path(name).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_bytes() != data:
+            target.write_bytes(data)
+        out.append((Path(name).stem, os.path.relpath(target, base)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ render
+def render(model: dict[str, Any]) -> str:
+    """RESULTS.md's text (deterministic: the model only)."""
+    debug = model["flavour"] != "full"
+    lines = ["# dtlab results", ""]
+    if debug:
+        lines += ["> **DEBUG FLAVOUR.** These figures come from the tiny debug configurations (`debug=true`), "
+                  "generated to test `dtlab reproduce`; claims are expected to fail. The board is the full flavour.", ""]
+    exps = model["experiments"]
+    ran = [e for e in exps if e["run_id"]]
+    dates = model["dates"]
+    lines += ["Generated by `dtlab reproduce` from the runs store; never edit by hand. "
+              "`dtlab reproduce --check` says whether it is current for your checkout.", "",
+              f"- **Code version:** {', '.join(model['code_versions']) or '–'}"
+              + (f" (dtlab {', '.join(model['dtlab_versions'])})" if model["dtlab_versions"] else ""),
+              f"- **Runs:** {dates[0] + ' to ' + dates[-1] + ' UTC' if dates else 'none'} · "
+              f"{len(ran)} of {len(exps)} experiments · flavour {model['flavour']}",
+              f"- **Machine:** {'; '.join(model['machines']) or 'not recorded'}",
+              f"- **Total wall time:** {_duration(model['total_wall_s'])}", ""]
+    emp = {s: sum(e["counts"].get(s, 0) for e in ran) for s in dict.fromkeys(
+        [*STATUS_COLUMNS, *(s for e in ran for s in e["counts"])])}
+    acc_h, acc_n = sum(e["accounting"]["held"] for e in ran), sum(e["accounting"]["judged"] for e in ran)
+    stale = [e["name"] for e in ran if e["stale"]]
+    lines += ["## Summary", "",
+              f"**{sum(emp.values())} gated claims judged: " + " · ".join(f"{n} {s}" for s, n in emp.items()) + "**"
+              + f" · accounting checks (true by construction, counted apart): {acc_h}/{acc_n} hold"
+              + (f" · stale: {', '.join(stale)}" if stale else ""), "",
+              "| experiment | paper's headline | ours | " + " | ".join(STATUS_COLUMNS)
+              + " | accounting | robustness | wall | peak memory |",
+              "|---|---|---|" + "---:|" * len(STATUS_COLUMNS) + "---:|---:|---:|---:|"]
+    for e in exps:
+        name = f"[{e['name']}](#{_anchor(e['name'])})" + (" (stale)" if e["stale"] else "")
+        if not e["run_id"]:
+            lines.append(f"| {name} | not run |  |" + " |" * len(STATUS_COLUMNS) + "  |  |  |  |")
+            continue
+        h = e["headline"] or {}
+        rob = f"{e['robustness']['k']}/{e['robustness']['n']}" if e["robustness"]["n"] else "–"
+        acc = f"{e['accounting']['held']}/{e['accounting']['judged']}" if e["accounting"]["judged"] else "–"
+        peak = f"{e['peak_mb']:.0f} MB" if isinstance(e["peak_mb"], (int, float)) else "–"
+        lines.append(f"| {name} | {_md(_short(h.get('paper', '')))} | {_md(_short(h.get('ours', ''), 60))}"
+                     f" ({h.get('status', '')}) | " + " | ".join(str(e["counts"].get(s, 0)) for s in STATUS_COLUMNS)
+                     + f" | {acc} | {rob} | {_duration(e['wall_s'])} | {peak} |")
+    lines += ["", "The headline is each experiment's first gated claim that is not an accounting check; "
+              "robustness k/n: of n perturbations run, k under which no gated claim holding in the tuned run "
+              "fails; peak memory: the run's process tree (driver and its Ray processes), sampled every 0.5 s.", ""]
+    for e in exps:
+        lines += _section(e)
+    lines += _inputs_block(model)
+    return "\n".join(lines) + "\n"
+
+
+def _section(e: dict[str, Any]) -> list[str]:
+    out = [f"## {e['name']}", ""]
+    links = " · ".join(f"[{label}]({href})" for label, href in e["links"])
+    if not e["run_id"]:
+        return out + [f"Not run. {links}", ""]
+    out += [f"Run `{e['run_name']}` (`{e['run_id']}`) · code {e['code_version']} · {e['date']} UTC · "
+            f"wall {_duration(e['wall_s'])}" + (f" · {links}" if links else ""), ""]
+    if e["stale"]:
+        out += [f"**Stale**: changed since this run: {', '.join(e['stale'])}.", ""]
+    perts = e["robustness"]["labels"]
+    out += ["| claim | paper | measured | status | premise" + "".join(f" | {p}" for p in perts) + " |",
+            "|---|---|---|---|---" + "|---" * len(perts) + "|"]
+    for r in e["claims"]:
+        tag = "" if r["gate"] else " (control)"
+        tag += " (accounting)" if r["kind"] == "accounting" else ""
+        premise = ""
+        if r["premise"]:
+            met = {True: "met", False: "not met", None: "unknown"}[r["premise_holds"]] if r["status"] != "not run" else ""
+            premise = f"{met}: `{r['premise']}`" + (f"; {r['premise_measured']}" if r["premise_measured"] else "")
+        offs = "".join(f" | {r['off_tuned']['perturbations'].get(p, {}).get('status', '–')}" for p in perts)
+        out.append(f"| {_md(r['claim'] + tag)} | {_md(r['paper'])} | {_md(r['measured_labelled'] or r['measured'] or '–')}"
+                   f" | {r['status']} | {_md(premise)}{offs} |")
+    out.append("")
+    if e["plots"]:
+        out += ["Plots: " + " · ".join(f"[{name}]({href})" for name, href in e["plots"]), ""]
+    return out
+
+
+def _inputs_block(model: dict[str, Any]) -> list[str]:
+    """Each experiment's recorded inputs, one JSON line each, for `dtlab reproduce --check`."""
+    body = [json.dumps({"flavour": model["flavour"]}, sort_keys=True)]
+    body += [json.dumps({"experiment": k, **v}, sort_keys=True) for k, v in sorted(model["inputs"].items())]
+    return ["<details><summary>Recorded inputs (what <code>dtlab reproduce --check</code> compares)</summary>", "",
+            BEGIN, "```json", *body, "```", END, "", "</details>"]
+
+
+def read_inputs(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(flavour, {experiment: recorded inputs}) from a RESULTS.md's inputs block; ValueError without one."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"no recorded inputs ({BEGIN} ... {END}): not a file dtlab reproduce wrote")
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    flavour, recorded = "full", {}
+    for line in block.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        d = json.loads(line)
+        if "experiment" in d:
+            recorded[d.pop("experiment")] = d
+        else:
+            flavour = d.get("flavour", flavour)
+    return flavour, recorded
+
+
+def summary_html(model: dict[str, Any]) -> str:
+    """The summary table as HTML, for runs/reports/scoreboard.html."""
+    import html
+
+    e_ = html.escape
+    rows = ["<h2>Summary (as in RESULTS.md)</h2><table id='summary'><tr><th>experiment</th><th>paper's headline</th>"
+            "<th>ours</th>" + "".join(f"<th>{s}</th>" for s in STATUS_COLUMNS)
+            + "<th>accounting</th><th>robustness</th><th>wall</th><th>peak memory</th></tr>"]
+    for e in model["experiments"]:
+        if not e["run_id"]:
+            continue
+        h = e["headline"] or {}
+        peak = f"{e['peak_mb']:.0f} MB" if isinstance(e["peak_mb"], (int, float)) else "–"
+        rows.append(f"<tr><td>{e_(e['name'])}{' (stale)' if e['stale'] else ''}</td><td>{e_(_short(h.get('paper', '')))}</td>"
+                    f"<td>{e_(h.get('ours', ''))} ({e_(h.get('status', ''))})</td>"
+                    + "".join(f"<td>{e['counts'].get(s, 0)}</td>" for s in STATUS_COLUMNS)
+                    + f"<td>{e['accounting']['held']}/{e['accounting']['judged']}</td>"
+                    f"<td>{e['robustness']['k']}/{e['robustness']['n']}</td><td>{_duration(e['wall_s'])}</td>"
+                    f"<td>{peak}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def write(client, path: Path, flavour: str = "full", current=None) -> dict[str, Any]:
+    """Build and write RESULTS.md at ``path`` (its plots under ``results/`` beside it); the model."""
+    path = Path(path)
+    model = build(client, flavour, current=current, plots_dir=path.parent / "results" / "plots", base=path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(model))
+    return model

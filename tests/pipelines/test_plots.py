@@ -1,0 +1,74 @@
+"""Report plots read at the size the report shows them: bars keep one width and full-size names with a
+legend for their colours, scatter points are named without overlap, files are named for what they show."""
+from types import SimpleNamespace as NS
+
+from matplotlib.text import Text
+
+from components.core.result import Result
+from pipelines import config, plots
+
+
+def _outcome(role: str, **metrics):
+    return NS(role=role, result=Result(metrics=metrics))
+
+
+def test_bar_plot_of_many_variants_keeps_its_width_and_names_its_colours():
+    # Prepare: 17 variants (mozart's count), every role
+    outs = {f"variant_{i}": _outcome(("technique", "baseline", "control")[i % 3], moe_layer_time_s=1e-3 * (i + 1))
+            for i in range(17)}
+    # Execute
+    fig, drawn = plots.make_plot({"kind": "bar", "metric": "moe_layer_time_s"}, outs)
+    # Assert: 7 inches wide whatever the count (not scaled down in the report), names at >= 10 pt,
+    # a legend naming each role's colour
+    ax = fig.axes[0]
+    assert drawn == 17 and fig.get_figwidth() == 7
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(outs)
+    assert min(t.get_fontsize() for t in ax.get_yticklabels()) >= 10
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["technique", "baseline", "control"]
+    plots.close(fig)
+
+
+def test_scatter_names_every_point_without_overlap_and_has_a_role_legend():
+    # Prepare: plan_cache-like points, six of them within 0.05 of each other
+    pts = {"large_only": ("baseline", 1.0, 0.92), "small_only": ("baseline", 0.08, 0.55),
+           "plan_cache": ("technique", 0.31, 0.90), "plan_cache_exact": ("technique", 0.33, 0.89),
+           "semantic_cache": ("baseline", 0.30, 0.86), "full_history": ("baseline", 0.34, 0.88),
+           "plan_cache_no_filter": ("technique", 0.29, 0.87), "query_cache": ("baseline", 0.32, 0.90)}
+    outs = {n: _outcome(r, cost_ratio_vs_large=x, accuracy=y) for n, (r, x, y) in pts.items()}
+    # Execute
+    fig, drawn = plots.make_plot({"kind": "scatter", "x": "cost_ratio_vs_large", "y": "accuracy"}, outs)
+    # Assert
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    names = [c for c in ax.texts]
+    boxes = [Text.get_window_extent(t, r) for t in names]
+    assert drawn == 8 and sorted(t.get_text() for t in names) == sorted(pts)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["technique", "baseline"]
+    plots.close(fig)
+
+
+def test_log_plots_with_nothing_to_draw_still_render():
+    # Prepare: the only variant failed (no result), every kind on log axes
+    outs = {"cf_1bit": NS(role="technique", result=None)}
+    specs = [{"kind": "bar", "metric": "bytes_per_step", "logy": True},
+             {"kind": "scatter", "x": "bits_sent", "y": "loss", "logx": True, "logy": True},
+             {"kind": "series", "metric": "loss", "logy": True}]
+    for spec in specs:
+        # Execute
+        fig, drawn = plots.make_plot(spec, outs)
+        fig.canvas.draw()                  # what the report's PNG export does
+        # Assert
+        assert drawn == 0
+        plots.close(fig)
+
+
+def test_error_feedback_scatter_file_is_named_for_what_it_shows():
+    # Prepare
+    exp = config.compose(["experiment=error_feedback"])["experiment"]
+    # Execute
+    spec = next(p for p in exp["report"]["plots"] if p["kind"] == "scatter")
+    # Assert: it plots final_grad_norm_sq against bits_sent, and its file says so
+    assert (spec["y"], spec["x"]) == ("final_grad_norm_sq", "bits_sent")
+    assert plots.plot_name(spec) == "grad_norm_sq_vs_bits"

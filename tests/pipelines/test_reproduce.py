@@ -1,0 +1,208 @@
+"""`dtlab reproduce`: what is current (input hashes), what runs and why, RESULTS.md generated from a
+recorded store byte for byte, `--check` from the file alone, bad input, Ctrl-C. Parent runs are
+written straight into a temporary SQLite store (no Ray); the platform_probe technique is imported
+directly so that its inputs are computed without importing all of components/."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+import components.core.probe  # noqa: F401 - registers `probe` (platform_probe's only technique)
+from components.core.claims import ClaimOutcome
+from pipelines import config, reproduce, results_md
+from pipelines.inputs import Inputs, of_config
+from tests.infra.svc import ROOT, dtlab_env
+from tests.pipelines.test_scoreboard import fake_parent
+
+EXP = "platform_probe"
+
+
+@pytest.fixture
+def client(tmp_path):
+    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+
+
+@pytest.fixture(scope="module")
+def probe_inputs() -> Inputs:
+    return of_config(config.compose([f"experiment={EXP}"]))
+
+
+def _claims(holds: bool = True) -> list[ClaimOutcome]:
+    return [ClaimOutcome("values_ordered", "probe values are reported as configured", "[1, 2, 3, 4]", holds, True)]
+
+
+def _store(client, inputs: Inputs) -> None:
+    """A board run, a newer debug run (never on the board) and a robustness run, as dtlab leaves them."""
+    rec = inputs.to_json()
+    fake_parent(client, EXP, "aaaa" * 10, _claims(), minute=1, inputs=rec, png=b"p",
+                extra={"dtlab.flavour": "full", "dtlab.machine": "2 cores · 8 GiB · no GPU"})
+    fake_parent(client, EXP, "aaaa" * 10, _claims(False), minute=2, debug=True, extra={"dtlab.flavour": "debug"})
+    fake_parent(client, EXP, "aaaa" * 10, _claims(False), minute=3, robustness="noisy_d", inputs=rec)
+
+
+def test_results_md_is_the_same_bytes_from_the_same_store(client, tmp_path, probe_inputs):
+    # Prepare
+    _store(client, probe_inputs)
+    current = {EXP: probe_inputs}.get
+    # Execute: two generations from one store
+    first = results_md.write(client, tmp_path / "a" / "RESULTS.md", current=current)
+    again = results_md.write(client, tmp_path / "b" / "RESULTS.md", current=current)
+    text = (tmp_path / "a" / "RESULTS.md").read_text()
+    # Assert: byte for byte; the board run (not the newer debug run); figures labelled; plots linked
+    assert text == (tmp_path / "b" / "RESULTS.md").read_text()
+    assert first["experiments"] == again["experiments"]
+    section = text.split(f"## {EXP}", 1)[1]
+    assert "a.value = 1<br>b.value = 2<br>c.value = 3<br>d.value = 4" in section
+    assert "| values_ordered | probe values are reported as configured |" in section and "| holds |" in section
+    assert "| fails" in section  # the noisy_d perturbation's column
+    assert f"[{EXP}](#{EXP}) |" in text and "0/1 |" in text  # robustness k/n in the summary row
+    assert "2 cores · 8 GiB · no GPU" in text and "DEBUG FLAVOUR" not in text
+    assert "results/plots/platform_probe/loss.png" in text
+    assert (tmp_path / "a" / "results" / "plots" / EXP / "loss.png").exists()
+    flavour, recorded = results_md.read_inputs(text)
+    assert flavour == "full" and recorded[EXP]["digest"] == probe_inputs.digest
+
+
+def test_check_passes_for_current_inputs_and_names_a_changed_file(client, tmp_path, probe_inputs):
+    # Prepare: RESULTS.md recording this checkout's inputs, and one whose record of probe.py differs
+    # (what an edit to components/core/probe.py after the run looks like)
+    _store(client, probe_inputs)
+    path = tmp_path / "RESULTS.md"
+    results_md.write(client, path, current={EXP: probe_inputs}.get)
+    edited = dict(probe_inputs.files, **{"components/core/probe.py": "0" * 16})
+    old = Inputs("0" * 16, probe_inputs.config, probe_inputs.version, edited).to_json()
+    stale = tmp_path / "stale.md"
+    stale.write_text(path.read_text().replace(json.dumps({"experiment": EXP, **probe_inputs.to_json(),
+                                                          "overrides": [f"experiment={EXP}"]}, sort_keys=True),
+                                              json.dumps({"experiment": EXP, **old, "overrides": [f"experiment={EXP}"]},
+                                                         sort_keys=True)))
+    console = Console(file=io.StringIO(), width=200)
+    # Execute
+    ok = reproduce.check(str(path), console)
+    bad = reproduce.check(str(stale), console)
+    # Assert
+    out = console.file.getvalue()
+    assert ok == 0 and bad == 1
+    assert f"stale {EXP}: components/core/probe.py" in out and "0/1 recorded experiment(s) current" in out
+
+
+def test_judge_skips_current_runs_and_names_what_changed(client, probe_inputs):
+    # Prepare: the board run has this checkout's inputs; a job whose inputs differ in one file
+    _store(client, probe_inputs)
+    moved = Inputs("f" * 16, probe_inputs.config, probe_inputs.version,
+                   dict(probe_inputs.files, **{"components/core/probe.py": "1" * 16}))
+    jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs),
+            reproduce.Job(EXP, "", [f"experiment={EXP}"], moved),
+            reproduce.Job(EXP, "c_crashes", [], probe_inputs)]
+    forced = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs)]
+    # Execute
+    reproduce.judge(jobs, client, "full", force=False)
+    reproduce.judge(forced, client, "full", force=True)
+    # Assert: current (the debug run newer than it does not count), changed file named, never run, forced
+    assert [j.why for j in jobs] == [[], ["components/core/probe.py"], ["never run"]]
+    assert [j.state for j in jobs] == ["current", "queued", "queued"]
+    assert forced[0].why == ["--force"]
+
+
+def test_robustness_jobs_are_planned_per_perturbation(probe_inputs):
+    # Execute
+    jobs = reproduce.plan_jobs([EXP], {"flavour": "full", "robustness": True})
+    # Assert: the experiment's own run, then each declared perturbation with its overrides
+    assert [(j.key, j.inputs.digest == probe_inputs.digest) for j in jobs] == [
+        (EXP, True), (f"{EXP}/noisy_d", False), (f"{EXP}/c_crashes", False)]
+    assert "robustness=noisy_d" in jobs[1].overrides and "experiment.seeds=[5]" in jobs[1].overrides
+
+
+@pytest.mark.parametrize("args, message", [
+    (["experiment=nope"], "experiment='nope': one of"),
+    (["--family", "nope"], "--family='nope': one of"),
+    (["cluster=remote"], "cluster='remote'"),
+    (["debug=true"], "debug='true'"),
+    (["--flavour", "tiny"], "--flavour='tiny'"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    # Execute
+    with pytest.raises(SystemExit) as e:
+        reproduce.select(reproduce.parse_args(args))
+    # Assert
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and len(err.splitlines()) == 1
+
+
+def test_robustness_on_an_experiment_without_a_block_is_refused(tmp_path, monkeypatch, capsys):
+    # Prepare: a conf/ whose only experiment declares no robustness: block
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "bare.yaml").write_text("name: bare\nfamily: core\n")
+    monkeypatch.setattr(config, "CONF_DIR", tmp_path)
+    # Execute
+    with pytest.raises(SystemExit) as e:
+        reproduce.select(reproduce.parse_args(["--robustness"]))
+    # Assert
+    assert e.value.code == 2 and "experiment 'bare' declares no robustness: block" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_the_running_child_and_marks_the_job_killed(tmp_path, monkeypatch):
+    # Prepare: a job whose child sleeps; the progress callback raises KeyboardInterrupt (Ctrl-C) once
+    # the child runs
+    monkeypatch.setattr(reproduce, "job_command", lambda job, passthrough: [
+        sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGINT, lambda *a: sys.exit(7)); "
+                              "print('up', flush=True); time.sleep(60)"])
+    job = reproduce.Job(EXP, "", [], None)
+    seen = []
+
+    def tick():
+        seen.append(1)
+        if (tmp_path / "logs" / f"{EXP}.log").read_text().startswith("up"):
+            raise KeyboardInterrupt
+
+    # Execute
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.run_job(job, [], tmp_path / "logs", tick)
+    # Assert: the child got SIGINT and ended (its exit code 7), the job is killed, not done
+    assert job.state == "killed" and job.returncode == 7 and seen
+
+
+def test_eta_adds_the_last_wall_times_of_what_is_left():
+    # Prepare
+    jobs = [reproduce.Job("a", "", [], None, last_wall_s=100.0, state="done"),
+            reproduce.Job("b", "", [], None, last_wall_s=60.0, state="running", started=1000.0),
+            reproduce.Job("c", "", [], None, last_wall_s=30.0),
+            reproduce.Job("d", "", [], None, state="current")]
+    # Execute
+    left, known = reproduce._eta(jobs, now=1040.0)
+    unknown = reproduce._eta([*jobs, reproduce.Job("e", "", [], None)], now=1040.0)
+    # Assert: 20 s left of b, 30 s of c; an experiment never run makes the ETA a lower bound
+    assert (left, known) == (50.0, True) and unknown == (50.0, False)
+
+
+def test_cli_dry_run_lists_what_would_run_and_why(tmp_path):
+    # Execute
+    r = subprocess.run([sys.executable, "-m", "pipelines.cli", "reproduce", f"experiment={EXP}", "--dry-run",
+                        f"runs_dir={tmp_path}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=dtlab_env())
+    # Assert
+    assert r.returncode == 0, r.stderr
+    assert f"run     {EXP}: never run" in r.stdout and not (tmp_path / "RESULTS.md").exists()
+
+
+def test_a_run_records_its_flavour_subset_and_the_inputs_reproduce_computes(run_experiment, mlflow_client, runs_dir):
+    # Prepare: what reproduce computes for platform_probe's debug flavour with a subset
+    overrides = [f"experiment={EXP}", "debug=true", f"runs_dir={runs_dir}", "only=[a,b]"]
+    expected = of_config(config.compose(overrides))
+    # Execute
+    outcome = run_experiment(EXP, "only=[a,b]")
+    # Assert: the parent carries them, and the board never takes it (debug, subset)
+    run = mlflow_client.get_run(outcome.parent_run_id)
+    tags = run.data.tags
+    assert (tags["dtlab.flavour"], tags["dtlab.subset"], tags["dtlab.input_hash"]) == ("debug", "a,b", expected.digest)
+    arts = {a.path for a in mlflow_client.list_artifacts(outcome.parent_run_id)}
+    assert {"inputs.json", "claim_operands.json"} <= arts
+    from components.core.runs_query import off_board
+
+    assert off_board(run) == "debug" and off_board(run, "debug") == "only=a,b"
