@@ -9,6 +9,7 @@
    included): actor kill, injected failure, each signal to a run, a multirun and a sweep (then
    resumed), SIGKILL then `dtlab gc` and no Ray process left, concurrent runs into one store. Faults injected / survived
    (tests passed), and the runs left RUNNING in every MLflow store those tests wrote.
+4. The regression tests of the defects found trying dtlab as a new user would (DEFECTS), counted the same way.
 Prints one table; exit 1 if any figure is not clean.
 """
 from __future__ import annotations
@@ -40,6 +41,31 @@ DRILLS = [
     "tests/serving/test_loadtest.py",
 ]
 
+# The defects found trying dtlab as a new user would (multi-seed node pools, shared heads, exposed ports,
+# sweep resume, replayable commands, broken modules, exceptions across Ray, late failures on valid
+# overrides, CLI interrupts and previews): each one's regression tests, reported beside the drills.
+DEFECTS = [
+    "tests/pipelines/test_node_pool_seeds.py",
+    "tests/infra/test_ray_head.py",
+    "tests/pipelines/test_sweep_resume.py",
+    "tests/pipelines/test_provenance_replay.py",
+    "tests/pipelines/test_multirun_output.py",
+    "tests/core/test_registry_manifest.py",
+    "tests/core/test_errors.py",
+    "tests/pipelines/test_validate_hooks.py",
+    "tests/pipelines/test_debug_keys_in_base.py",
+    "tests/coding/test_ers_channel_sim.py",
+    "tests/algorithms/test_zero_comm_matroid_matching.py",
+    "tests/core/test_claims.py",
+    "tests/pipelines/test_cli_run.py",
+    "tests/pipelines/test_cli_hints.py",
+    "tests/pipelines/test_cli_timing.py",
+    "tests/serving/test_serve_cli.py",
+    "tests/pipelines/test_plots.py",
+    "tests/core/test_plotting.py",
+    "tests/pipelines/test_compare_html.py",
+]
+
 
 def fuzz_inputs() -> dict:
     from tests.reliability import fuzz
@@ -66,10 +92,11 @@ def bodies() -> dict:
             "2xx": sum(200 <= c < 300 for c in codes)}
 
 
-def drills(basetemp: Path) -> dict:
-    xml = basetemp.parent / "drills.xml"
+def drills(basetemp: Path, tests: list[str] = DRILLS) -> dict:
+    """Run ``tests`` (slow ones included) and count them from their JUnit XML, with the runs left RUNNING."""
+    xml = basetemp.parent / f"{basetemp.name}.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}",
-           f"--junitxml={xml}", "-m", "slow or not slow", "--timeout=1800", *DRILLS]
+           f"--junitxml={xml}", "-m", "slow or not slow", "--timeout=1800", *tests]
     rc = subprocess.run(cmd, cwd=ROOT).returncode
     cases = ET.parse(xml).getroot().iter("testcase")
     total = passed = skipped = 0
@@ -98,6 +125,7 @@ def main() -> int:
     b = bodies()
     with tempfile.TemporaryDirectory(prefix="dtlab-reliability-") as d:
         dr = drills(Path(d) / "t")
+        de = drills(Path(d) / "defects", DEFECTS)
     rows = [
         ("bad `dtlab run` inputs tried / rejected cleanly", f"{f['bad_inputs']} / {f['rejected_cleanly']}"),
         ("edge inputs (type-valid) tried / rejected / unclean",
@@ -106,6 +134,8 @@ def main() -> int:
         ("bad HTTP bodies sent / 4xx / 5xx", f"{b['sent']} / {b['4xx']} / {b['5xx']}"),
         ("fault drills + serving tests run / survived (skipped)", f"{dr['total']} / {dr['passed']} ({dr['skipped']})"),
         ("runs left RUNNING after the drills", str(dr["running"])),
+        ("defect regression tests run / passed (skipped)", f"{de['total']} / {de['passed']} ({de['skipped']})"),
+        ("runs left RUNNING after the defect tests", str(de["running"])),
     ]
     w = max(len(r[0]) for r in rows)
     print("\n" + "dtlab reliability".center(w + 16, "="))
@@ -115,10 +145,12 @@ def main() -> int:
         print(f"  unclean: {label}: {why} [{owner}]")
     for name in dr["failed"]:
         print(f"  failed drill: {name}")
-    for name in dr["running_runs"]:
+    for name in de["failed"]:
+        print(f"  failed defect test: {name}")
+    for name in dr["running_runs"] + de["running_runs"]:
         print(f"  left RUNNING: {name}")
     clean = (f["rejected_cleanly"] == f["bad_inputs"] and not f["unclean"] and b["5xx"] == 0 and b["2xx"] == 0
-             and not dr["failed"] and dr["running"] == 0)
+             and not dr["failed"] and dr["running"] == 0 and not de["failed"] and de["running"] == 0)
     return 0 if clean else 1
 
 
