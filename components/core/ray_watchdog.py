@@ -7,8 +7,9 @@ module as a small process of its own session, so it outlives the driver's proces
 the driver's PID and start time every 0.5 s and remembers the session's processes (those with an
 option naming the session, e.g. ``--session-dir=/tmp/ray/session_...``, and their descendants:
 workers and agents rename themselves ``ray::...``; a snapshot every 2 s, since a child whose parent
-dies first is re-parented). Once the driver is gone it sends them SIGTERM, SIGKILL
-after a grace period, and exits. It exits too when the session ends normally (``ray.shutdown``).
+dies first is re-parented; at the end, also every process marked with one of the session's raylet
+PIDs, which Ray puts in its workers' environment). Once the driver is gone it sends them SIGTERM,
+SIGKILL after a grace period, and exits. It exits too when the session ends normally (``ray.shutdown``).
 Nothing outside this session's name is touched, so a ``dtlab up`` head or another driver's Ray is
 safe. Linux only (/proc); elsewhere :func:`start` does nothing.
 
@@ -73,6 +74,38 @@ def session_processes(session_dir: str, exclude: set[int] = frozenset()) -> dict
     return {pid: procs[pid][1] for pid in members}
 
 
+def raylets(known: dict[int, str]) -> set[int]:
+    """The raylet PIDs among ``known`` (a session has one per node it started)."""
+    return {pid for pid in _alive(known) if Path(_argv0(pid)).name == "raylet"}
+
+
+def _argv0(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def raylet_orphans(raylet_pids: set[int], exclude: set[int] = frozenset()) -> dict[int, str]:
+    """pid -> start ticks of the processes a raylet of ``raylet_pids`` started (Ray puts
+    ``RAY_RAYLET_PID`` in every worker's and agent's environment). A raylet that dies first leaves
+    its workers re-parented, out of reach of the descendant walk; this finds them by their mark."""
+    if not raylet_pids:
+        return {}
+    marks = {f"RAY_RAYLET_PID={p}".encode() for p in raylet_pids}
+    out = {}
+    for pid, (_, start, _) in _procs().items():
+        if pid in exclude:
+            continue
+        try:
+            env = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if env & marks:
+            out[pid] = start
+    return out
+
+
 def _running(pid: int, start: str) -> bool:
     """Whether ``pid`` still runs as the process that started at ``start`` (a recycled PID does not;
     a zombie, dead but not yet reaped, does not either)."""
@@ -102,15 +135,23 @@ def terminate(known: dict[int, str], session_dir: str, grace_s: float = GRACE_S)
     ``grace_s``; returns what still runs (empty unless a process could not be signalled)."""
     me = {os.getpid()}
     known = {**_alive(known), **session_processes(session_dir, me)}
+    nodes = raylets(known)
+
+    def scan() -> dict[int, str]:  # a worker started meanwhile, or orphaned by its raylet's exit
+        return {**_alive(known), **session_processes(session_dir, me), **raylet_orphans(nodes, me)}
+
+    known = scan()
     _signal(known, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         time.sleep(0.1)
-        known = {**_alive(known), **session_processes(session_dir, me)}  # a worker started meanwhile
+        known = scan()
         if not known:
             return {}
     _signal(known, signal.SIGKILL)
     time.sleep(0.2)
+    known = scan()
+    _signal(known, signal.SIGKILL)
     return _alive(known)
 
 

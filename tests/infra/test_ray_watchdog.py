@@ -94,10 +94,27 @@ def test_session_ended_before_driver_stops_the_watchdog(fake_session):
     assert rc == 0 and driver.poll() is None and [d.poll() for d in decoys] == [None, None]
 
 
+def test_workers_orphaned_by_their_raylet_are_found_by_its_mark():
+    # Prepare: two "workers" re-parented away from a raylet that died first (Ray marks each worker
+    # with its raylet's PID), one of another raylet's
+    fake_raylet = 4_000_000   # above pid_max: no live process has it
+    ours = subprocess.Popen([sys.executable, "-c", SLEEP], env={**os.environ, "RAY_RAYLET_PID": str(fake_raylet)})
+    other = subprocess.Popen([sys.executable, "-c", SLEEP], env={**os.environ, "RAY_RAYLET_PID": str(fake_raylet + 1)})
+    try:
+        # Execute
+        found = ray_watchdog.raylet_orphans({fake_raylet})
+    finally:
+        _kill(ours, other)
+    # Assert
+    assert ours.pid in found and other.pid not in found
+    assert ray_watchdog.raylet_orphans(set()) == {}
+
+
 def test_sigkilled_dtlab_run_leaves_no_ray_process(tmp_path):
     # Prepare: a debug probe run whose variants take a minute, its Ray session found from its children
+    bystanders = {c.pid for c in psutil.Process().children(recursive=True)   # this suite's own Ray daemons
+                  if os.path.basename(c.cmdline()[0] if c.cmdline() else "") in ("gcs_server", "raylet")}
     p, client = start_probe_run(tmp_path, "cluster.attach=false")
-    bystanders = {c.pid for c in psutil.Process().children(recursive=True)} - {p.pid}  # this suite's own Ray
     decoy = None
     try:
         wait_for_variant_runs(p, client)
@@ -115,7 +132,8 @@ def test_sigkilled_dtlab_run_leaves_no_ray_process(tmp_path):
         _kill(p)
     # Assert
     print(f"\nSIGKILL -> last of {len(tree)} session processes gone: {elapsed:.1f} s")
-    assert left == [], f"still running {time.monotonic() - t0:.0f} s after SIGKILL: {left}"
+    assert left == [], f"still running {time.monotonic() - t0:.0f} s after SIGKILL: " + "; ".join(
+        f"{c.pid} {' '.join(c.cmdline())[:200]}" for c in tree if c.pid in left)
     assert decoy.poll() is None
     _kill(decoy)
     assert all(psutil.pid_exists(b) for b in bystanders)

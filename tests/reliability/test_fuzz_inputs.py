@@ -16,7 +16,7 @@ import pytest
 from tests.reliability import fuzz
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SAMPLE = 700   # param mutations in `make test`; option, sweep and YAML cases always all
+SAMPLE = 350   # param mutations in `make test` (every 13th of ~4,900; all of them in `make reliability`); option, sweep and YAML cases always all
 
 # Found by this suite in files the reliability work does not own (reported to their owners): a
 # compound require() names the first key while the second is at fault, and one check divides by
@@ -56,7 +56,7 @@ def test_generated_bad_inputs_are_rejected_cleanly(tmp_path, capsys, monkeypatch
     assert not unclean, "\n".join(unclean)
     fixed = [o.case.label for o in outcomes if o.clean and o.case.label in KNOWN_DEFECTS]
     assert not fixed, f"known defects no longer reproduce, remove them from KNOWN_DEFECTS: {fixed}"
-    assert s["bad_inputs"] >= 500
+    assert s["bad_inputs"] >= 300
     assert started == []
     assert not (tmp_path / "runs" / "mlflow.db").exists()  # the pass never touches the tracking store
 
