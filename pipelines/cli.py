@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 
-from pipelines.preflight import _die, preflight, split_args  # noqa: F401 - one validation pass
+from pipelines.preflight import _die, preflight, split_args, tracking_store  # noqa: F401 - one validation pass
 
 USAGE = __doc__
 
@@ -93,18 +93,15 @@ def which_experiment(ask=input, tty: bool | None = None) -> str:
 
 
 def set_verbose(cfg: dict) -> None:
-    """``verbose`` (true or false, checked before Ray starts) as ``DTLAB_VERBOSE``, which
-    components.core.raytools.log_level reads: Ray and Serve log INFO only when it is true."""
+    """``verbose`` for this run and the processes it starts (components.core.verbosity); a bad value
+    is one line and exit 2."""
     from components.core.errors import ConfigError
+    from components.core.verbosity import apply_verbose
 
-    v = cfg.get("verbose", False)
-    if not isinstance(v, bool):
-        _die(str(ConfigError("verbose", v, "true or false")))
-    os.environ["DTLAB_VERBOSE"] = "1" if v else "0"
-    if not v:  # faiss's loader INFO lines (and other import chatter) in single runs as in multirun jobs
-        from hydra_plugins.dtlab_ray_launcher.launcher import quiet_loggers
-
-        quiet_loggers()
+    try:
+        apply_verbose(cfg)
+    except ConfigError as e:
+        _die(str(e))
 
 
 def group_options() -> dict[str, list[str]]:
@@ -265,19 +262,6 @@ def _rel(path, root) -> str:
         return str(path)
 
 
-def _tracking_uri(args: list[str]) -> tuple[str, list[str]]:
-    from pipelines import config
-
-    overrides = [a for a in args if "=" in a]
-    rest = [a for a in args if "=" not in a]
-    try:
-        cfg = config.compose(overrides)
-    except Exception as e:  # noqa: BLE001
-        _die(str(e))
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg["tracking"]["uri"]
-    return uri, rest, cfg
-
-
 def cmd_compare(args: list[str]) -> None:
     from rich.console import Console
 
@@ -286,7 +270,7 @@ def cmd_compare(args: list[str]) -> None:
     bad = [a for a in args if a.startswith("-")]
     if bad:
         _die(f"compare: unknown option {bad[0]!r}; usage: {HELP['compare'].splitlines()[0]}")
-    uri, names, cfg = _tracking_uri(args)
+    uri, names, cfg = tracking_store(args)
     path = compare(uri, names, out_dir=os.path.join(cfg["runs_dir"], "reports"), console=Console())
     if path:
         print(f"HTML report: {path}")
@@ -303,7 +287,7 @@ def cmd_ui(args: list[str]) -> None:
         port, rest = rest[0], rest[1:]
     if rest or not port.isdigit() or not 1024 <= int(port) <= 65535:
         _die(f"ui PORT={(rest[0] if rest else port)!r}: an integer in [1024, 65535]; usage: {HELP['ui'].splitlines()[0]}")
-    uri, _, cfg = _tracking_uri([a for a in args if "=" in a])
+    uri, _, cfg = tracking_store([a for a in args if "=" in a])
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     print(" ".join(cmd))
     bindir = os.path.dirname(sys.executable)
@@ -360,7 +344,7 @@ def cmd_gc(args: list[str]) -> None:
     if any(a in ("-h", "--help") for a in args):
         print("usage: dtlab gc [tracking=...]\n  mark runs whose driver process is gone FAILED (\"driver gone\")")
         return
-    uri, _, _ = _tracking_uri(args)
+    uri, _, _ = tracking_store(args)
     if not _may_have_running_runs(uri):
         print("no stale runs")
         return

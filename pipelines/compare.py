@@ -13,7 +13,6 @@ import base64
 import html
 import json
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,30 +21,8 @@ from rich.console import Console
 
 from components.core.claims import ClaimOutcome
 from components.core.runs_query import latest_parents
+from pipelines.artifacts import pngs as _pngs, read_artifact as _read_artifact
 from pipelines.live import DEBUG_BANNER, measured_text, claim_defs, claims_table, comparison_tables, is_debug
-
-
-def _read_artifact(client, run_id: str, path: str) -> bytes | None:
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            local = client.download_artifacts(run_id, path, d)
-            return Path(local).read_bytes()
-    except Exception:
-        return None
-
-
-def _pngs(client, run_id: str) -> list[tuple[str, bytes]]:
-    try:
-        items = client.list_artifacts(run_id, "plots")
-    except Exception:
-        return []
-    out = []
-    for it in items:
-        if it.path.endswith(".png"):
-            data = _read_artifact(client, run_id, it.path)
-            if data:
-                out.append((it.path, data))
-    return out
 
 
 def _claim_defs(client, run_id: str) -> dict[str, Any]:

@@ -13,20 +13,18 @@ A crash anywhere ends every open run FAILED (KILLED on Ctrl-C) with the error as
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
-import signal
 import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from components.core.interrupts import Terminated, _received, terminate_as_interrupt  # noqa: F401 - re-exported
 from components.core.tracker import Tracker, resolve_tracking_uri
-from pipelines.experiment import ExperimentSpec, build_spec, overridden_keys
+from pipelines.experiment import ExperimentSpec, build_spec, overridden_keys, parse_only
 from pipelines.outcome import PARENT_TAG, RunOutcome, VariantOutcome, error_text  # noqa: F401 - re-exported
 from pipelines.stages.evaluate import comparison, judge, reach
 from pipelines.stages.execute import execute
@@ -59,23 +57,6 @@ class _TimedTracker:
         return timed
 
 
-def _parse_only(only: Any) -> list[str] | None:
-    """``only``: null (every variant), ``a,b`` or ``[a, b]``; an empty selection is an error, not "all"."""
-    from components.core.errors import ConfigError
-
-    if only is None:
-        return None
-    if isinstance(only, str):
-        names = [s.strip() for s in only.split(",") if s.strip()]
-    elif isinstance(only, (list, tuple)) and all(isinstance(s, str) for s in only):
-        names = [s.strip() for s in only if s.strip()]
-    else:
-        raise ConfigError("only", only, "null (every variant) or variant names, e.g. only=[a,b]")
-    if not names:
-        raise ConfigError("only", only, "null (every variant) or at least one variant name, e.g. only=[a,b]")
-    return names
-
-
 def validate(cfg: dict) -> ExperimentSpec:
     """Check the whole composed config; raises ConfigError. Nothing is started."""
     from components.core.errors import ConfigError, require
@@ -89,7 +70,7 @@ def validate(cfg: dict) -> ExperimentSpec:
     from components.core.raytools import check_cluster
 
     check_cluster(cfg["cluster"])
-    return build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=_parse_only(cfg.get("only")),
+    return build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=parse_only(cfg.get("only")),
                       overridden=overridden_keys(cfg.get("_overrides")))
 
 
@@ -134,46 +115,6 @@ def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str
         tracker.end(parent_id, "FAILED", error=error_text(e))
         raise
     return exp_id, parent_id
-
-
-_received: list[str] = []  # signals turned into Terminated during this process's current run
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP reached the driver: the run ends like Ctrl-C (its runs KILLED, with the reason)."""
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt():
-    """In a driver's main thread, turn SIGTERM and SIGHUP into :class:`Terminated` for the block
-    (a `timeout`, a closed terminal or a scheduler then leaves no MLflow run RUNNING)."""
-    in_worker = False
-    try:
-        import ray
-
-        in_worker = ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
-    except Exception:  # noqa: BLE001 - no Ray context: a plain driver
-        pass
-    if threading.current_thread() is not threading.main_thread() or in_worker:
-        yield lambda: None
-        return
-
-    def handler(signum, _frame):
-        _received.append(signal.Signals(signum).name)  # Ray's waits re-raise it as a bare KeyboardInterrupt
-        raise Terminated(f"stopped by {signal.Signals(signum).name}")
-
-    def install() -> None:  # again after ray.init, which sets its own SIGTERM handler in the driver
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, handler)
-
-    old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    _received.clear()
-    install()
-    try:
-        yield install
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 PHASES = ("startup", "ray_init", "prepare", "execute", "report", "tracking_wait", "teardown")

@@ -287,6 +287,21 @@ def overridden_keys(overrides: list[str] | None) -> set[str]:
     return keys
 
 
+def parse_only(only: Any) -> list[str] | None:
+    """``only``: null (every variant), ``a,b`` or ``[a, b]``; an empty selection is an error, not "all"."""
+    if only is None:
+        return None
+    if isinstance(only, str):
+        names = [s.strip() for s in only.split(",") if s.strip()]
+    elif isinstance(only, (list, tuple)) and all(isinstance(s, str) for s in only):
+        names = [s.strip() for s in only if s.strip()]
+    else:
+        raise ConfigError("only", only, "null (every variant) or variant names, e.g. only=[a,b]")
+    if not names:
+        raise ConfigError("only", only, "null (every variant) or at least one variant name, e.g. only=[a,b]")
+    return names
+
+
 def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
                overridden: set[str] = frozenset()) -> ExperimentSpec:
     """Validate an experiment mapping (already resolved to plain Python) into a spec.

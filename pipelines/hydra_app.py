@@ -17,11 +17,11 @@ def main(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from rich.console import Console
 
+    from components.core.verbosity import apply_verbose
     from pipelines import dag
-    from pipelines.cli import set_verbose
 
     plain = OmegaConf.to_container(cfg, resolve=True)
-    set_verbose(plain)  # Ray and Serve at WARNING unless verbose=true (also for jobs of a multirun)
+    apply_verbose(plain)  # Ray and Serve at WARNING unless verbose=true (also for jobs of a multirun)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     plain["_job"] = HydraConfig.get().job.num if multirun else ""
     plain["_overrides"] = list(HydraConfig.get().overrides.task)

@@ -108,10 +108,10 @@ def of_spec(spec, experiment: dict, debug: bool, only: list[str] | None) -> Inpu
 
 def of_config(cfg: dict) -> Inputs:
     """The inputs of a composed, resolved config (``cfg["experiment"]``, ``debug``, ``only``)."""
-    from pipelines.dag import _parse_only
+    from pipelines.experiment import parse_only
     from pipelines.experiment import build_spec, overridden_keys
 
-    only = _parse_only(cfg.get("only"))
+    only = parse_only(cfg.get("only"))
     spec = build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=only,
                       overridden=overridden_keys(cfg.get("_overrides")))
     return of_spec(spec, cfg["experiment"], bool(cfg.get("debug")), only)
@@ -119,9 +119,9 @@ def of_config(cfg: dict) -> Inputs:
 
 def run_tags(spec, cfg: dict) -> tuple[dict[str, str], Inputs]:
     """The tags a parent run carries (flavour, subset, input and config hashes), and its inputs."""
-    from pipelines.dag import _parse_only
+    from pipelines.experiment import parse_only
 
-    only = _parse_only(cfg.get("only"))
+    only = parse_only(cfg.get("only"))
     inputs = of_spec(spec, cfg["experiment"], bool(cfg.get("debug")), only)
     tags = {FLAVOUR_TAG: "debug" if cfg.get("debug") else "full", HASH_TAG: inputs.digest, CONFIG_TAG: inputs.config}
     if only:

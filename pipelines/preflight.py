@@ -4,12 +4,29 @@ Ray starts (a tracking store that cannot be reached: exit 1)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 
 def _die(msg: str, code: int = 2) -> None:
     print(f"dtlab: error: {msg}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def tracking_store(args: list[str]) -> tuple[str, list[str], dict]:
+    """For the commands that read the store (compare, scoreboard, reproduce, ...): the tracking URI
+    (``MLFLOW_TRACKING_URI`` wins), the arguments that are not overrides, and the composed config; a
+    bad override is one line, exit 2."""
+    from pipelines import config
+
+    overrides = [a for a in args if "=" in a]
+    rest = [a for a in args if "=" not in a]
+    try:
+        cfg = config.compose(overrides)
+    except Exception as e:  # noqa: BLE001 - any composition error is the user's input
+        _die(str(e))
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg["tracking"]["uri"]
+    return uri, rest, cfg
 
 
 def preflight(overrides: list[str], multirun: bool) -> dict:

@@ -375,9 +375,9 @@ def cmd_reproduce(args: list[str]) -> None:
     from mlflow.tracking import MlflowClient
 
     from components.core.errors import ConfigError
-    from pipelines.cli import _tracking_uri
+    from pipelines.preflight import tracking_store
 
-    uri, _, cfg = _tracking_uri(opts["overrides"])
+    uri, _, cfg = tracking_store(opts["overrides"])
     if opts["results"] and opts["flavour"] == "debug" and Path(opts["results"]).resolve() == ROOT / "RESULTS.md":
         _die("--results: a debug board is never written to the repository's RESULTS.md; give another path")
     t0 = time.time()
@@ -413,7 +413,7 @@ def cmd_reproduce(args: list[str]) -> None:
         if live is not None:
             live.update(render(jobs, time.time()))
 
-    from pipelines.dag import terminate_as_interrupt
+    from components.core.interrupts import terminate_as_interrupt
 
     stop = terminate_as_interrupt()  # SIGTERM / SIGHUP end the running job like Ctrl-C
     stop.__enter__()

@@ -150,7 +150,7 @@ def _robustness(rows: list[dict]) -> dict[str, Any]:
 
 
 def _copy_plots(client, run_id: str, folder: Path, base: Path) -> list[tuple[str, str]]:
-    from pipelines.compare import _pngs
+    from pipelines.artifacts import pngs as _pngs
 
     out = []
     for name, data in sorted(_pngs(client, run_id)):

@@ -97,7 +97,7 @@ class _Artifacts:
     def json(self, run_id: str, path: str) -> Any:
         """A JSON artifact of the run, None when it has none."""
         if (run_id, path) not in self._json:
-            from pipelines.compare import _read_artifact
+            from pipelines.artifacts import read_artifact as _read_artifact
 
             raw = _read_artifact(self.client, run_id, path)
             self._json[run_id, path] = json.loads(raw) if raw else None
@@ -487,7 +487,7 @@ def scoreboard(uri: str, out_dir: str | Path, experiments: list[str] | None = No
     """Collect, print (or JSON), write the HTML page and log the MLflow table; what was written."""
     from mlflow.tracking import MlflowClient
 
-    from pipelines.compare import _pngs
+    from pipelines.artifacts import pngs as _pngs
 
     client = MlflowClient(tracking_uri=uri)
     rows, latest = collect(client, experiments, family, status, include_debug=include_debug, current=current,
@@ -548,10 +548,10 @@ def cmd_scoreboard(args: list[str]) -> None:
         return
     from rich.console import Console
 
-    from pipelines.cli import _tracking_uri
+    from pipelines.preflight import tracking_store
 
     opts = parse_args(args)
-    uri, _, cfg = _tracking_uri(opts["overrides"])
+    uri, _, cfg = tracking_store(opts["overrides"])
     try:
         out = scoreboard(uri, os.path.join(cfg["runs_dir"], "reports"), opts["experiments"] or None, opts["family"],
                          opts["status"], console=Console(), as_json=opts["json"], mlflow_run=opts["mlflow"],

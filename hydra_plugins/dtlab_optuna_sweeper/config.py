@@ -66,7 +66,7 @@ def check_conf(conf: dict) -> None:
     try:
         import optuna
 
-        from hydra_plugins.dtlab_optuna_sweeper.sweeper import make_sampler
+        from hydra_plugins.dtlab_optuna_sweeper.sampler import make_sampler
 
         obj = make_sampler(sampler, 0)
     except Exception as e:  # noqa: BLE001 - import error, bad keyword: say which

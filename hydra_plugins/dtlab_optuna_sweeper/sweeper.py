@@ -40,9 +40,9 @@ import optuna
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.dtlab_optuna_sweeper.sampler import make_sampler, resume_seed
 from hydra_plugins.dtlab_optuna_sweeper.search_space import fmt_value, parse_space
 
 log = logging.getLogger(__name__)
@@ -74,36 +74,6 @@ def infra_cause(errors: list[str]) -> str | None:
 
     parts = [p for e in errors for p in e.splitlines()[0].split("; ") if p.strip()] if errors else []
     return errors[0].splitlines()[0] if parts and all(infra(p) for p in parts) else None
-
-
-def resume_seed(seed: Any, n_trials_so_far: int) -> Any:
-    """``seed`` for a fresh study; ``SeedSequence([seed, n_trials_so_far])`` for one with trials."""
-    if not n_trials_so_far or not isinstance(seed, int) or isinstance(seed, bool):
-        return seed
-    import numpy as np
-
-    return int(np.random.SeedSequence([seed, n_trials_so_far]).generate_state(1)[0])
-
-
-def make_sampler(cfg: Any, n_trials_so_far: int) -> optuna.samplers.BaseSampler | None:
-    """The sampler ``cfg`` (a Hydra ``_target_`` mapping) describes, for a study that already holds
-    ``n_trials_so_far`` trials.
-
-    A seeded sampler given the same seed again restarts its random stream: on resume it proposes
-    trial 0's point again (TPE's first ``n_startup_trials`` are plain seeded random draws). So a
-    study that has trials gets the seed ``SeedSequence([seed, n_trials_so_far])``: deterministic
-    for a given store, different from every earlier session's, and a fresh study keeps the
-    configured seed. (Optuna's FAQ pickles the sampler beside the study instead; that file would be
-    a second store, lost with a SIGKILL between writes and absent on another host.) Optuna's
-    ExperimentalWarning for experimental samplers (BruteForceSampler) is not printed."""
-    if cfg is None or isinstance(cfg, optuna.samplers.BaseSampler):
-        return cfg
-    cfg = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
-    if cfg.get("seed") is not None:
-        cfg["seed"] = resume_seed(cfg["seed"], n_trials_so_far)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return instantiate(cfg)
 
 
 def study_name(base: str, objective: Any, direction: Any, space: dict) -> str:
@@ -156,7 +126,7 @@ class DtlabOptunaSweeper(Sweeper):
                                                                 task_function=task_function)
         if hasattr(self.launcher, "summary"):
             self.launcher.summary = False   # one summary at the end of the sweep, not one per batch
-        from hydra_plugins.dtlab_ray_launcher.launcher import quiet_loggers
+        from components.core.verbosity import quiet_loggers
 
         quiet_loggers()   # trials may run in this process (hydra/launcher=basic)
 
@@ -232,14 +202,15 @@ class DtlabOptunaSweeper(Sweeper):
 
     # ------------------------------------------------------------------------------------------
     def sweep(self, arguments: List[str]) -> None:
-        from pipelines.dag import terminate_as_interrupt
+        from components.core.interrupts import terminate_as_interrupt
 
         with terminate_as_interrupt():
             self._sweep(arguments)
 
     def _sweep(self, arguments: List[str]) -> None:
         from hydra_plugins.dtlab_optuna_sweeper.config import check_conf
-        from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs, interrupt_reason
+        from components.core.interrupts import interrupt_reason
+        from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs
 
         check_conf({"direction": OmegaConf.to_container(self.direction) if OmegaConf.is_list(self.direction) else self.direction,
                     "n_trials": self.n_trials, "n_jobs": self.n_jobs, "max_failure_rate": self.max_failure_rate,

@@ -18,6 +18,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from components.core.verbosity import quiet_loggers
+
 log = logging.getLogger(__name__)
 
 
@@ -42,17 +44,6 @@ def check_conf(conf: dict) -> None:
             "hydra.launcher.max_parallel", mp, "null (all jobs at once) or an integer >= 1")
     require(isinstance(cpus, (int, float)) and not isinstance(cpus, bool) and math.isfinite(cpus) and cpus >= 0,
             "hydra.launcher.job_cpus", cpus, "a finite number >= 0")
-
-
-# third-party loggers that log INFO at import into a multirun's output (Hydra's job logging is INFO):
-# faiss's loader announces the AVX2/AVX512 build it picks and prints the ModuleNotFoundError of the other
-QUIET_LOGGERS = ("faiss.loader",)
-
-
-def quiet_loggers() -> None:
-    """Third-party import chatter at WARNING (a job that imports faiss prints nothing about it)."""
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def short_overrides(overrides: Sequence[str], width: int = 60) -> str:
@@ -134,7 +125,7 @@ class DtlabRayLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run the jobs as Ray tasks. Ctrl-C, SIGTERM or SIGHUP cancels them and ends every run
         they left open KILLED with the reason, then re-raises (the multirun stops)."""
-        from pipelines.dag import terminate_as_interrupt
+        from components.core.interrupts import terminate_as_interrupt
 
         with terminate_as_interrupt() as reinstall:
             return self._launch(job_overrides, initial_job_idx, reinstall)
@@ -232,7 +223,8 @@ class DtlabRayLauncher(Launcher):
         """Cancel the jobs still running, wait for their workers to stop, end their open runs KILLED."""
         import ray
 
-        from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs, interrupt_reason
+        from components.core.interrupts import interrupt_reason
+        from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs
 
         reason = interrupt_reason(e)
         for ref in refs:

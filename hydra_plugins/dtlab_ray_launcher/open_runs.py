@@ -9,15 +9,6 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 
-def interrupt_reason(e: BaseException) -> str:
-    """``stopped by SIGTERM`` / ``SIGHUP`` / ``Ctrl-C (SIGINT)``: what ended the driver."""
-    from pipelines.dag import Terminated, _received
-
-    if isinstance(e, Terminated):
-        return str(e)
-    return f"stopped by {_received[-1]}" if _received else "stopped by Ctrl-C (SIGINT)"
-
-
 def end_open_runs(client, experiment_ids: Iterable[str], is_root: Callable, reason: str,
                   status: str = "KILLED") -> list[str]:
     """End ``status`` every RUNNING run for which ``is_root(run)`` holds, and every RUNNING run

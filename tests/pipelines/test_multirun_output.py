@@ -8,7 +8,8 @@ import sys
 from hydra.core.utils import JobStatus
 
 from hydra_plugins.dtlab_optuna_sweeper.sweeper import infra_cause
-from hydra_plugins.dtlab_ray_launcher.launcher import lost_job, quiet_loggers, short_overrides, summary_lines
+from components.core.verbosity import quiet_loggers
+from hydra_plugins.dtlab_ray_launcher.launcher import lost_job, short_overrides, summary_lines
 
 
 def test_the_summary_has_one_line_per_job_with_status_headline_and_parent():
@@ -64,7 +65,7 @@ def test_a_job_that_imports_faiss_prints_nothing_about_its_loader():
     # Prepare: INFO on the root logger (Hydra's job logging), faiss imported after the launcher's set-up
     def run(quiet: bool) -> str:
         code = ("import logging; logging.basicConfig(level=logging.INFO)\n"
-                + ("from hydra_plugins.dtlab_ray_launcher.launcher import quiet_loggers; quiet_loggers()\n" if quiet else "")
+                + ("from components.core.verbosity import quiet_loggers; quiet_loggers()\n" if quiet else "")
                 + "import faiss")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
