@@ -12,10 +12,23 @@ from mlflow.tracking import MlflowClient
 from pipelines.config import ROOT
 
 
+def ready_store(uri: str) -> str:
+    """Create the MLflow store at ``uri`` (its tables) before a `dtlab` process starts on it.
+
+    A test that polls a fresh SQLite store while the process creates it runs MLflow's migrations
+    from two processes at once, and the loser fails (``table ... already exists``): the process
+    under test dies of the test's own polling."""
+    from components.core.tracker import Tracker
+
+    Tracker(uri, background=False).check_reachable()
+    return uri
+
+
 def start_probe_run(tmp_path: Path, *extra: str, seconds: int = 60) -> tuple[subprocess.Popen, MlflowClient]:
     """``dtlab run experiment=platform_probe debug=true`` whose variants take ``seconds``, tracked
-    in a store of its own under ``tmp_path``; (the process, a client of its store)."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    in a store of its own under ``tmp_path``, created before the run starts; (the process, a client
+    of its store)."""
+    uri = ready_store(f"sqlite:///{tmp_path}/mlflow.db")
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     env.pop("RAY_ADDRESS", None)
     cmd = [sys.executable, "-m", "pipelines.cli", "run", "experiment=platform_probe", "debug=true",

@@ -16,6 +16,7 @@ from optuna.distributions import FloatDistribution
 from hydra_plugins.dtlab_optuna_sweeper.sweeper import INTERRUPTED, _requeue, counts, study_name
 from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs
 from pipelines.config import ROOT
+from tests.probe_runs import ready_store
 
 S = optuna.trial.TrialState
 
@@ -69,8 +70,11 @@ def test_end_open_runs_ends_the_tree_under_its_roots(tmp_path):
 
 # --------------------------------------------------------------------------- real processes
 def _dtlab(runs, *args):
+    """The command and environment of a `dtlab run` into ``runs``, its store created first (the
+    test polls it: see tests/probe_runs.ready_store)."""
     env = {**os.environ, "DTLAB_RUNS_DIR": str(runs), "RAY_ADDRESS": ""}
     env.pop("MLFLOW_TRACKING_URI", None)
+    ready_store(f"sqlite:///{runs}/mlflow.db")
     return [sys.executable, "-m", "pipelines.cli", "run", *args, "cluster.include_dashboard=false"], env
 
 
