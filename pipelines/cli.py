@@ -288,6 +288,10 @@ def cmd_ui(args: list[str]) -> None:
     if rest or not port.isdigit() or not 1024 <= int(port) <= 65535:
         _die(f"ui PORT={(rest[0] if rest else port)!r}: an integer in [1024, 65535]; usage: {HELP['ui'].splitlines()[0]}")
     uri, _, cfg = tracking_store([a for a in args if "=" in a])
+    if uri.startswith("sqlite:///"):  # its tables made under the store's lock, never beside a run making them
+        from components.core.tracker import tracking_client
+
+        tracking_client(uri)
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     print(" ".join(cmd))
     bindir = os.path.dirname(sys.executable)
@@ -348,11 +352,10 @@ def cmd_gc(args: list[str]) -> None:
     if not _may_have_running_runs(uri):
         print("no stale runs")
         return
-    from mlflow.tracking import MlflowClient
-
     from components.core.provenance import mark_stale
+    from components.core.tracker import tracking_client
 
-    ended = mark_stale(MlflowClient(tracking_uri=uri))
+    ended = mark_stale(tracking_client(uri))
     print(f"{len(ended)} run(s) left RUNNING by a driver that is gone: marked FAILED" if ended
           else "no stale runs")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from components.core.interrupts import Terminated, _received, terminate_as_interrupt  # noqa: F401 - re-exported
 from components.core.tracker import Tracker, resolve_tracking_uri
 from pipelines.experiment import ExperimentSpec, build_spec, overridden_keys, parse_only
+from pipelines.inputs import HASH_ERROR_TAG
 from pipelines.outcome import PARENT_TAG, RunOutcome, VariantOutcome, error_text  # noqa: F401 - re-exported
 from pipelines.stages.evaluate import comparison, judge, reach
 from pipelines.stages.execute import execute
@@ -97,7 +98,9 @@ def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str
         input_tags, inputs = run_tags(spec, cfg)
     except Exception as e:  # noqa: BLE001 - a run without an input hash is only never "current"
         log.warning("input hash not recorded: %s", e)
-        input_tags, inputs = {"dtlab.flavour": "debug" if cfg.get("debug") else "full"}, None
+        input_tags = {"dtlab.flavour": "debug" if cfg.get("debug") else "full",
+                      HASH_ERROR_TAG: f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:250]}
+        inputs = None
     parent_id = tracker.start_run(exp_id, run_name, tags={**input_tags,
         PARENT_TAG: "parent", "experiment": spec.name, "family": spec.family, "debug": str(bool(cfg.get("debug"))),
         "host": socket.gethostname(), "hydra.job": str(cfg.get("_job", "")),

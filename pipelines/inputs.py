@@ -21,6 +21,7 @@ from typing import Any
 from components.core.provenance import ROOT, dtlab_version
 
 HASH_TAG = "dtlab.input_hash"
+HASH_ERROR_TAG = "dtlab.input_hash_error"   # why a run has no input hash (hashing failed at run time)
 CONFIG_TAG = "dtlab.config_hash"
 FLAVOUR_TAG = "dtlab.flavour"
 SUBSET_TAG = "dtlab.subset"
@@ -127,6 +128,13 @@ def run_tags(spec, cfg: dict) -> tuple[dict[str, str], Inputs]:
     if only:
         tags[SUBSET_TAG] = ",".join(only)
     return tags, inputs
+
+
+def unrecorded(tags: dict[str, str]) -> str:
+    """Why a run without an input hash is never current: the error its run hit while hashing, or
+    its age (a run from before input hashes)."""
+    err = tags.get(HASH_ERROR_TAG)
+    return f"inputs not recorded (hashing failed: {err})" if err else "inputs not recorded (a run from before input hashes)"
 
 
 def changed(recorded: Inputs, current: Inputs) -> list[str]:

@@ -278,8 +278,8 @@ def timing_lines(t: dict[str, float], prepare_cache: dict | None = None) -> list
 
 def _parent_debug(outcome) -> bool:
     try:
-        from mlflow.tracking import MlflowClient
+        from components.core.tracker import tracking_client
 
-        return is_debug(MlflowClient(tracking_uri=outcome.tracking_uri).get_run(outcome.parent_run_id).data.tags)
+        return is_debug(tracking_client(outcome.tracking_uri).get_run(outcome.parent_run_id).data.tags)
     except Exception:  # noqa: BLE001 - the banner is a nicety; the run name says "-debug" too
         return False

@@ -4,7 +4,6 @@ Ray starts (a tracking store that cannot be reached: exit 1)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 
 
@@ -25,8 +24,9 @@ def tracking_store(args: list[str]) -> tuple[str, list[str], dict]:
         cfg = config.compose(overrides)
     except Exception as e:  # noqa: BLE001 - any composition error is the user's input
         _die(str(e))
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg["tracking"]["uri"]
-    return uri, rest, cfg
+    from components.core.tracker import resolve_tracking_uri
+
+    return resolve_tracking_uri(cfg["tracking"]["uri"]), rest, cfg
 
 
 def preflight(overrides: list[str], multirun: bool) -> dict:

@@ -170,7 +170,7 @@ def _matches(run, job: Job, flavour: str) -> bool:
 def judge(jobs: list[Job], client, flavour: str, force: bool) -> None:
     """Fill each job's latest run, last wall time and why it runs ([] = current)."""
     from components.core.runs_query import parent_history
-    from pipelines.inputs import ARTIFACT, HASH_TAG, Inputs, changed
+    from pipelines.inputs import ARTIFACT, HASH_TAG, Inputs, changed, unrecorded
     from pipelines.results_md import _wall
     from pipelines.scoreboard import _Artifacts
 
@@ -187,7 +187,7 @@ def judge(jobs: list[Job], client, flavour: str, force: bool) -> None:
         elif job.latest.data.tags.get(HASH_TAG) == job.inputs.digest:
             job.why = []
         elif not job.latest.data.tags.get(HASH_TAG):
-            job.why = ["inputs not recorded (a run from before input hashes)"]
+            job.why = [unrecorded(job.latest.data.tags)]
         else:
             rec = art.json(job.latest.info.run_id, ARTIFACT)
             job.why = changed(Inputs.from_json(rec) if rec else Inputs(job.latest.data.tags[HASH_TAG], "", ""), job.inputs)
@@ -372,9 +372,8 @@ def cmd_reproduce(args: list[str]) -> None:
     if opts["check"] is not None:
         raise SystemExit(check(opts["check"], console))
     experiments = select(opts)
-    from mlflow.tracking import MlflowClient
-
     from components.core.errors import ConfigError
+    from components.core.tracker import tracking_client
     from pipelines.preflight import tracking_store
 
     uri, _, cfg = tracking_store(opts["overrides"])
@@ -385,11 +384,17 @@ def cmd_reproduce(args: list[str]) -> None:
         jobs = plan_jobs(experiments, opts)
     except ConfigError as e:
         _die(str(e))
-    client = MlflowClient(tracking_uri=uri)
+    client = tracking_client(uri)
     judge(jobs, client, opts["flavour"], opts["force"])
     todo = [j for j in jobs if j.why]
     console.print(f"dtlab reproduce: {len(jobs)} configuration(s) · {len(todo)} to run · "
                   f"{len(jobs) - len(todo)} current (checked in {time.time() - t0:.1f}s) · store {uri}")
+    from components.core.provenance import git_state
+
+    if todo and git_state()["git.dirty"] == "true":
+        console.print("[yellow]warning: the checkout has uncommitted changes to tracked files: these runs record "
+                      "git.dirty=true, and RESULTS.md would name a commit that does not hold the code that made "
+                      "them (commit first for a board anyone can reproduce)[/]")
     if opts["dry_run"]:
         for j in jobs:
             console.print(("[green]current[/] " if not j.why else "[yellow]run[/]     ") + j.key

@@ -159,11 +159,10 @@ def cmd_robustness(args: list[str]) -> None:
         print(USAGE)
         return
     from hydra.core.global_hydra import GlobalHydra
-    from mlflow.tracking import MlflowClient
     from rich.console import Console
 
     from components.core.errors import ConfigError
-    from components.core.tracker import resolve_tracking_uri
+    from components.core.tracker import resolve_tracking_uri, tracking_client
     from pipelines.cli import cmd_run
     from pipelines.preflight import preflight
 
@@ -195,7 +194,7 @@ def cmd_robustness(args: list[str]) -> None:
         finally:
             sys.argv = argv
     uri = resolve_tracking_uri(cfg["tracking"]["uri"])
-    rep = report(MlflowClient(tracking_uri=uri), exp, [lb for lb, _ in jobs], since)
+    rep = report(tracking_client(uri), exp, [lb for lb, _ in jobs], since)
     rep["failed_jobs"] = failed
     rep["unmoved_variants"] = unmoved
     declared = perturbations(cfg["experiment"])

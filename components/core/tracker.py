@@ -39,6 +39,41 @@ NOTE_TAG = "mlflow.note.content"  # the experiment's description in the UI
 log = logging.getLogger(__name__)
 
 
+_READY: set[str] = set()  # SQLite stores this process has opened (schema created or checked)
+
+
+def tracking_client(uri: str):
+    """An ``MlflowClient`` for ``uri``: every dtlab process reaches its store through here.
+
+    MLflow creates a fresh SQLite store's tables (its schema migration) on first contact, and two
+    processes doing that at once race: the loser dies with ``table ... already exists`` (a `dtlab
+    run` beside a `dtlab ui`, two multirun drivers, a sweep and its jobs). So the first contact
+    of each process with a SQLite store happens under an exclusive file lock (``<db>.lock``
+    beside the database): the second process waits for the first's migration, then finds the
+    tables. A store that cannot be opened is left for the caller's first call to report."""
+    from mlflow.tracking import MlflowClient
+
+    if not uri.startswith("sqlite:///") or uri in _READY:
+        return MlflowClient(tracking_uri=uri)
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # not POSIX: no lock, as before
+            pass
+        try:  # MLflow may open the store in the constructor already: both under the lock
+            client = MlflowClient(tracking_uri=uri)
+            client.search_experiments(max_results=1)  # opens the store: creates or checks its schema
+            _READY.add(uri)
+        except Exception as e:  # noqa: BLE001 - reported by the caller's own first call
+            log.debug("tracking store %s not ready: %s", uri, e)
+            client = MlflowClient(tracking_uri=uri)
+    return client
+
+
 def resolve_tracking_uri(configured: str | None) -> str:
     """MLFLOW_TRACKING_URI when set, else the configured URI (never MLflow's CWD default)."""
     env = os.environ.get("MLFLOW_TRACKING_URI")
@@ -98,14 +133,10 @@ class Tracker:
     """
 
     def __init__(self, uri: str, background: bool = True):
-        from mlflow.tracking import MlflowClient
-
         self.uri = uri
-        if uri.startswith("sqlite:///"):
-            Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         # no mlflow.set_tracking_uri: it rewrites MLFLOW_TRACKING_URI for the whole process, so a
         # second Tracker (a test, a benchmark's temp store) would redirect every later run
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = tracking_client(uri)
         self.background = background
         self.writer_s = 0.0
         self.wait_s = 0.0

@@ -57,12 +57,10 @@ def job_parent(sweep_config: DictConfig) -> Optional[str]:
     """The parent run the job just made in this process (its ``hydra.job`` and this process as its
     driver), None if it made none."""
     try:
-        from mlflow.tracking import MlflowClient
-
         from components.core.provenance import DRIVER_TAG, driver_id
-        from components.core.tracker import resolve_tracking_uri
+        from components.core.tracker import resolve_tracking_uri, tracking_client
 
-        client = MlflowClient(tracking_uri=resolve_tracking_uri(sweep_config.tracking.uri))
+        client = tracking_client(resolve_tracking_uri(sweep_config.tracking.uri))
         exp = client.get_experiment_by_name(str(sweep_config.experiment.name))
         if exp is None:
             return None

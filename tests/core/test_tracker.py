@@ -138,3 +138,28 @@ def test_signal_is_held_while_a_run_is_created_and_registered():
         signal.signal(signal.SIGTERM, old)
     # Assert: the block finished before the handler ran
     assert reached_end_of_block
+
+
+_OPEN_AT_ONCE = """
+import os, sys, time
+go = sys.argv[2]
+while not os.path.exists(go):
+    time.sleep(0.01)
+from components.core.tracker import Tracker
+t = Tracker(sys.argv[1], background=False)
+t.experiment_id("race")
+"""
+
+
+def test_processes_opening_one_fresh_store_at_once_all_get_it(tmp_path):
+    """MLflow migrates a fresh SQLite store on first contact; two processes doing it at once
+    (a run, a UI, a sweep's jobs) must all succeed, not lose with 'table ... already exists'."""
+    # Prepare: two processes, imports done, waiting for one go file
+    uri, go = f"sqlite:///{tmp_path}/fresh/mlflow.db", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AT_ONCE, uri, str(go)], stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    # Execute
+    go.touch()
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    # Assert
+    assert all(rc == 0 for rc, _ in results), [err.strip().splitlines()[-1:] for _, err in results]

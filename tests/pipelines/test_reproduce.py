@@ -16,7 +16,7 @@ from rich.console import Console
 import components.core.probe  # noqa: F401 - registers `probe` (platform_probe's only technique)
 from components.core.claims import ClaimOutcome
 from pipelines import config, reproduce, results_md
-from pipelines.inputs import Inputs, of_config
+from pipelines.inputs import HASH_ERROR_TAG, Inputs, of_config
 from tests.infra.svc import ROOT, dtlab_env
 from tests.pipelines.test_scoreboard import fake_parent
 
@@ -110,6 +110,20 @@ def test_judge_skips_current_runs_and_names_what_changed(client, probe_inputs):
     assert forced[0].why == ["--force"]
 
 
+@pytest.mark.parametrize("tags, why", [
+    ({}, "inputs not recorded (a run from before input hashes)"),
+    ({HASH_ERROR_TAG: "OSError: components/x.py unreadable"},
+     "inputs not recorded (hashing failed: OSError: components/x.py unreadable)")])
+def test_a_run_without_an_input_hash_says_why_it_is_not_current(client, probe_inputs, tags, why):
+    # Prepare: a full run without the hash tag: an old run, or one whose hashing failed (its error tagged)
+    fake_parent(client, EXP, "aaaa" * 10, _claims(), minute=1, extra={"dtlab.flavour": "full", **tags})
+    jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs)]
+    # Execute
+    reproduce.judge(jobs, client, "full", force=False)
+    # Assert: it runs, and the reason says which of the two it is
+    assert jobs[0].why == [why] and jobs[0].state == "queued"
+
+
 def test_robustness_jobs_are_planned_per_perturbation(probe_inputs):
     # Execute
     jobs = reproduce.plan_jobs([EXP], {"flavour": "full", "robustness": True})
@@ -189,6 +203,20 @@ def test_cli_dry_run_lists_what_would_run_and_why(tmp_path):
     # Assert
     assert r.returncode == 0, r.stderr
     assert f"run     {EXP}: never run" in r.stdout and not (tmp_path / "RESULTS.md").exists()
+
+
+@pytest.mark.parametrize("dirty", ["true", "false"])
+def test_a_dirty_checkout_is_named_before_anything_runs(tmp_path, monkeypatch, capsys, dirty):
+    # Prepare: the checkout's state as git reports it
+    import components.core.provenance as provenance
+
+    monkeypatch.setattr(provenance, "git_state", lambda: {"git.commit": "c0ffee", "git.dirty": dirty})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    # Execute
+    reproduce.cmd_reproduce([f"experiment={EXP}", "--dry-run", f"runs_dir={tmp_path}"])
+    # Assert: a warning exactly when the tree is dirty, and still the plan
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("uncommitted changes" in out) == (dirty == "true") and f"run {EXP}: never run" in out
 
 
 def test_a_run_records_its_flavour_subset_and_the_inputs_reproduce_computes(run_experiment, mlflow_client, runs_dir):

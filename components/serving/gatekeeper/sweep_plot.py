@@ -19,9 +19,9 @@ from pathlib import Path
 
 def collect(tracking_uri: str, experiment: str = "gatekeeper") -> tuple[list[dict], dict | None]:
     """Latest finished gatekeeper child run per alpha (sorted by alpha) and the latest CE reference."""
-    from mlflow.tracking import MlflowClient
+    from components.core.tracker import tracking_client
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = tracking_client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise SystemExit(f"no MLflow experiment {experiment!r} at {tracking_uri}")
