@@ -31,7 +31,9 @@ def _claim_defs(client, run_id: str) -> dict[str, Any]:
 
     try:
         cfg = yaml.safe_load(_read_artifact(client, run_id, "config.yaml") or b"{}") or {}
-        return claim_defs((cfg.get("experiment") or {}).get("claims") or {})
+        from pipelines.experiment import claim_block
+
+        return claim_defs(claim_block(cfg.get("experiment") or {}))
     except Exception:  # noqa: BLE001 - an old or odd config: outcomes are shown without definitions
         return {}
 
@@ -166,11 +168,11 @@ def _pair_html(p: dict[str, Any], uri: str) -> str:
 
 def compare_runs(uri: str, ref_a: str, ref_b: str, out_dir: str, console: Console | None = None) -> str:
     """`dtlab compare RUN_A RUN_B`: print the pair and write its HTML report; the report's path."""
-    from mlflow.tracking import MlflowClient
+    from components.core.tracker import tracking_client
 
     console = console or Console()
     try:
-        p = pair(MlflowClient(tracking_uri=uri), ref_a, ref_b)
+        p = pair(tracking_client(uri), ref_a, ref_b)
     except ValueError as e:
         raise SystemExit(f"dtlab: error: {e}") from None
     print_pair(p, console)
@@ -190,10 +192,10 @@ def compare(uri: str, names: list[str] | None, out_dir: str, console: Console | 
         return compare_runs(uri, names[0], names[1], out_dir, console)
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    from mlflow.tracking import MlflowClient
+    from components.core.tracker import tracking_client
 
     console = console or Console()
-    client = MlflowClient(tracking_uri=uri)
+    client = tracking_client(uri)
     from components.core.provenance import mark_stale
 
     stale = mark_stale(client)

@@ -12,7 +12,8 @@ An experiment config (conf/experiment/NAME.yaml) holds::
     claims:    {cname: {holds, paper, measured, gate, over: axis, at_least: N,
                         premise: expr, premise_measured: expr,    # the measured precondition, its figure
                         kind: empirical | accounting,             # accounting: holds by construction
-                        noise: variant.figure_noise | [...]}}     # timed: inconclusive inside the floor
+                        noise: variant.figure_noise | [...],      # timed: inconclusive inside the floor
+                        repeat: {SUFFIX: {suffix: VSUFFIX, paper: note}}}}   # the claim again on other variants
     report:    {baseline: vname | {baseline_vname: [vname, ...]},        # a mapping: one per sub-study
                 table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
     robustness: {perturbation: [hydra override, ...]}  # off-tuned re-checks (`dtlab robustness`)
@@ -41,7 +42,9 @@ _TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "axes", "prepare
              "report", "debug", "robustness", "reach"}
 _VARIANT_KEYS = {"technique", "role", "params", "seeds", "inputs", "over"}
 _CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least", "premise", "premise_measured", "kind",
-               "noise"}
+               "noise", "repeat"}
+_REPEAT_KEYS = {"suffix", "paper"}
+_VARIANT_REF = re.compile(r"(?<![\w.])([A-Za-z_][\w{}]*)\.(?=[A-Za-z_{])")   # ``variant.`` in a claim expression
 # empirical: the paper's claim on the evidence; accounting: holds by construction unless the bookkeeping is
 # wrong (a bytes cut fixed by the shapes): a regression check, counted apart from the headline
 CLAIM_KINDS = ("empirical", "accounting")
@@ -389,13 +392,13 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
 
     perturbations(exp)  # validated here so that `dtlab run` rejects a bad block too
     names = set(expanded)
-    claims = [_build_claim(cname, c, axes, names) for cname, c in (exp.get("claims") or {}).items()]
+    claim_defs = claim_block(exp)
+    claims = [_build_claim(cname, c, axes, names) for cname, c in claim_defs.items()]
     report = _build_report(dict(exp.get("report") or {}), names, expanded)
     reach = _build_reach(exp.get("reach") or {}, names)
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
                           nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp,
-                          reach=reach, claim_kinds={n: str(c.get("kind", "empirical"))
-                                                    for n, c in (exp.get("claims") or {}).items()})
+                          reach=reach, claim_kinds={n: str(c.get("kind", "empirical")) for n, c in claim_defs.items()})
 
 
 def _build_reach(block: Any, names: set[str]) -> list[Reach]:
@@ -517,6 +520,67 @@ def _build_prepare(prep: dict) -> list[PrepareSpec]:
             require(p.seeded or not entries[up].seeded, f"experiment.prepare.{p.name}.inputs.{inp}", up,
                     "an unseeded entry (an unseeded step cannot consume a seeded one: make it seeded too)")
     topo_order(entries)
+    return out
+
+
+def claim_block(exp: dict) -> dict[str, dict]:
+    """An experiment's claims with each ``repeat:`` expanded: what the spec, the scoreboard and
+    compare read, so that a repeated claim is a named claim everywhere.
+
+    ``repeat: {SUFFIX: {suffix: VSUFFIX, paper: NOTE}}`` on claim ``NAME`` declares the claim
+    ``NAME + SUFFIX``: the same holds/measured/premise/noise with every variant ``V`` read as
+    ``V + VSUFFIX`` and the paper text followed by ``; NOTE``. The same claim over another regime
+    (gatekeeper's over-confident small model) is written once. The expansions of one SUFFIX
+    follow the last claim that declares it, in declaration order (the board's order)."""
+    claims = exp.get("claims") or {}
+    require(isinstance(claims, dict), "experiment.claims", claims, "a mapping of claim name to claim")
+    last: dict[str, str] = {}
+    for cname, c in claims.items():
+        rep = c.get("repeat") if isinstance(c, dict) else None
+        if rep is None:
+            continue
+        require(isinstance(rep, dict) and rep, f"experiment.claims.{cname}.repeat", rep,
+                "a mapping {CLAIM_SUFFIX: {suffix: VARIANT_SUFFIX, paper: NOTE}}")
+        for ksuf, spec in rep.items():
+            key = f"experiment.claims.{cname}.repeat.{ksuf}"
+            require(isinstance(ksuf, str) and re.fullmatch(r"\w+", ksuf or "") is not None, key, ksuf,
+                    "a claim-name suffix (letters, digits, _)")
+            require(isinstance(spec, dict) and set(spec) <= _REPEAT_KEYS and isinstance(spec.get("suffix"), str)
+                    and re.fullmatch(r"\w+", spec.get("suffix") or "") is not None, key, spec,
+                    "{suffix: VARIANT_SUFFIX (letters, digits, _), paper: NOTE}")
+            last[ksuf] = cname
+    out: dict[str, dict] = {}
+    for cname, c in claims.items():
+        out[cname] = {k: v for k, v in c.items() if k != "repeat"} if isinstance(c, dict) else c
+        for ksuf, at in last.items():
+            if at != cname:
+                continue
+            for base, bc in claims.items():
+                spec = (bc.get("repeat") or {}).get(ksuf) if isinstance(bc, dict) else None
+                if spec is None:
+                    continue
+                name = base + ksuf
+                require(name not in claims and name not in out, f"experiment.claims.{base}.repeat.{ksuf}", ksuf,
+                        f"a suffix giving a new claim name ({name!r} exists)")
+                out[name] = _repeated(bc, spec)
+    return out
+
+
+def _repeated(c: dict, spec: dict) -> dict:
+    """Claim ``c`` with every variant reference suffixed (see :func:`claim_block`)."""
+    suffix = spec["suffix"]
+
+    def move(text):
+        return _VARIANT_REF.sub(lambda m: f"{m.group(1)}{suffix}.", text) if isinstance(text, str) else text
+
+    out = {k: v for k, v in c.items() if k != "repeat"}
+    for part in ("holds", "measured", "premise", "premise_measured"):
+        if part in out:
+            out[part] = move(out[part])
+    if "noise" in out:
+        out["noise"] = [move(n) for n in out["noise"]] if isinstance(out["noise"], list) else move(out["noise"])
+    if spec.get("paper"):
+        out["paper"] = f"{out.get('paper', '')}; {spec['paper']}" if out.get("paper") else str(spec["paper"])
     return out
 
 

@@ -149,13 +149,13 @@ def current_inputs(experiment: str, flavour: str = "full"):
 
 def staleness(run, art: _Artifacts, current) -> list[str] | None:
     """Why the run's inputs are not this checkout's ([] when they are; None when it cannot be told)."""
-    from pipelines.inputs import HASH_TAG, Inputs, changed
+    from pipelines.inputs import HASH_TAG, Inputs, changed, unrecorded
 
     if current is None:
         return None
     digest = run.data.tags.get(HASH_TAG)
     if not digest:
-        return ["inputs not recorded (a run from before input hashes)"]
+        return [unrecorded(run.data.tags)]
     if digest == current.digest:
         return []
     recorded = art.json(run.info.run_id, "inputs.json")
@@ -170,7 +170,9 @@ def claim_rows(exp: str, fam: str, cfg: dict, run, art: _Artifacts, perturbed: d
 
     claims = art.claims(run.info.run_id) if run else []
     by_name = {c.name: c for c in claims}
-    yaml_claims = cfg.get("claims") or {}
+    from pipelines.experiment import claim_block
+
+    yaml_claims = claim_block(cfg)   # repeated claims expanded, each by its own name
     defs = claim_defs(yaml_claims)
     ops = (art.json(run.info.run_id, ARTIFACT) or {}) if run else {}
     rows = []
@@ -485,11 +487,10 @@ def scoreboard(uri: str, out_dir: str | Path, experiments: list[str] | None = No
                include_debug: bool = False, summary_html: str = "", extra: list[Path] = (), current=None,
                flavour: str = "full") -> dict:
     """Collect, print (or JSON), write the HTML page and log the MLflow table; what was written."""
-    from mlflow.tracking import MlflowClient
-
+    from components.core.tracker import tracking_client
     from pipelines.artifacts import pngs as _pngs
 
-    client = MlflowClient(tracking_uri=uri)
+    client = tracking_client(uri)
     rows, latest = collect(client, experiments, family, status, include_debug=include_debug, current=current,
                            flavour=flavour)
     if as_json:

@@ -149,6 +149,9 @@ def test_only_selects_a_whole_grid_and_skips_the_prepare_it_does_not_need():
     (lambda e: e["claims"].update(c={"holds": "ours_{x}.value > 0"}), "experiment.claims.c.holds"),
     (lambda e: e["claims"].update(c={"holds": "ours.value > 0", "at_least": 2}), "experiment.claims.c.at_least"),
     (lambda e: e["claims"].update(c={"holds": "paired(ours.value, base.value) > 0"}), "experiment.claims.c.holds"),
+    (lambda e: e["claims"]["paired_gain"].update(repeat={"_x": {"suffix": "_x"}}), "experiment.claims.paired_gain_x.holds"),
+    (lambda e: e["claims"]["paired_gain"].update(repeat={"_x": {"sufix": "_x"}}), "experiment.claims.paired_gain.repeat._x"),
+    (lambda e: e["claims"]["paired_gain"].update(repeat=["_x"]), "experiment.claims.paired_gain.repeat"),
 ])
 def test_bad_spine_input_names_the_key(mutate, key):
     # Prepare
@@ -158,6 +161,23 @@ def test_bad_spine_input_names_the_key(mutate, key):
     with pytest.raises(ConfigError) as e:
         _spec(exp)
     assert e.value.key.startswith(key), str(e.value)
+
+
+def test_a_repeated_claim_is_a_named_claim_on_the_suffixed_variants():
+    # Prepare: the claim again on *_hard copies of ours and base (gatekeeper's regimes, written once)
+    exp = _experiment()
+    exp["variants"] |= {"ours_hard": dict(exp["variants"]["ours"]), "base_hard": dict(exp["variants"]["base"])}
+    exp["claims"]["paired_gain"] |= {"paper": "gain", "kind": "accounting",
+                                     "repeat": {"_hard": {"suffix": "_hard", "paper": "hard regime"}}}
+    # Execute
+    spec = _spec(exp)
+    # Assert: after the last claim that declares it, each variant moved, the paper text noted, the kind kept
+    claims = {c.name: c for c in spec.claims}
+    assert [c.name for c in spec.claims] == ["paired_gain", "paired_gain_hard", "reader_sees_its_seed"]
+    hard = claims["paired_gain_hard"]
+    assert hard.holds == claims["paired_gain"].holds.replace("ours.", "ours_hard.").replace("base.", "base_hard.")
+    assert hard.measured == "[paired(ours_hard.value - base_hard.value), paired_se(ours_hard.value - base_hard.value)]"
+    assert hard.paper == "gain; hard regime" and spec.claim_kinds["paired_gain_hard"] == "accounting"
 
 
 def test_debug_merges_deeply_and_command_line_overrides_win():
