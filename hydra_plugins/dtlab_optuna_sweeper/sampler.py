@@ -5,9 +5,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-import optuna
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+
+from hydra_plugins.dtlab_optuna_sweeper.lazy import optuna
 
 
 def resume_seed(seed: Any, n_trials_so_far: int) -> Any:

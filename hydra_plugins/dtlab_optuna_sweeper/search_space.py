@@ -1,11 +1,15 @@
 """Hydra sweep syntax -> Optuna distributions (the mapping hydra-optuna-sweeper uses)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+from hydra_plugins.dtlab_optuna_sweeper.lazy import optuna
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 
 
 def to_distribution(override: Override) -> BaseDistribution | None:
@@ -15,17 +19,17 @@ def to_distribution(override: Override) -> BaseDistribution | None:
     value = override.value()
     if isinstance(value, ChoiceSweep):
         choices = [x for x in override.sweep_iterator(transformer=Transformer.encode)]
-        return CategoricalDistribution(choices)
+        return optuna.distributions.CategoricalDistribution(choices)
     if isinstance(value, RangeSweep):
         start, stop, step = value.start, value.stop, value.step
         if all(isinstance(v, int) for v in (start, stop, step)):
-            return IntDistribution(int(start), int(stop) - int(step), step=int(step))
-        return FloatDistribution(float(start), float(stop) - float(step), step=float(step))
+            return optuna.distributions.IntDistribution(int(start), int(stop) - int(step), step=int(step))
+        return optuna.distributions.FloatDistribution(float(start), float(stop) - float(step), step=float(step))
     if isinstance(value, IntervalSweep):
         log = "log" in value.tags
         if "int" in value.tags or (isinstance(value.start, int) and isinstance(value.end, int) and not log):
-            return IntDistribution(int(value.start), int(value.end), log=log)
-        return FloatDistribution(float(value.start), float(value.end), log=log)
+            return optuna.distributions.IntDistribution(int(value.start), int(value.end), log=log)
+        return optuna.distributions.FloatDistribution(float(value.start), float(value.end), log=log)
     raise ValueError(f"{override.input_line}: unsupported sweep for Optuna")
 
 
@@ -49,7 +53,7 @@ def points(space: dict[str, BaseDistribution]) -> list[dict[str, Any]]:
     """Points that put every bound and every choice of ``space`` in some trial (one at a time from
     the first point): what preflight composes and validates before any trial runs."""
     def values(d: BaseDistribution) -> list[Any]:
-        if isinstance(d, CategoricalDistribution):
+        if isinstance(d, optuna.distributions.CategoricalDistribution):
             return list(d.choices)
         return [d.low, d.high] if d.low != d.high else [d.low]
 

@@ -36,12 +36,12 @@ import warnings
 from pathlib import Path
 from typing import Any, List
 
-import optuna
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.dtlab_optuna_sweeper.lazy import optuna
 from hydra_plugins.dtlab_optuna_sweeper.sampler import make_sampler, resume_seed
 from hydra_plugins.dtlab_optuna_sweeper.search_space import fmt_value, parse_space
 
