@@ -288,10 +288,9 @@ def cmd_ui(args: list[str]) -> None:
     if rest or not port.isdigit() or not 1024 <= int(port) <= 65535:
         _die(f"ui PORT={(rest[0] if rest else port)!r}: an integer in [1024, 65535]; usage: {HELP['ui'].splitlines()[0]}")
     uri, _, cfg = tracking_store([a for a in args if "=" in a])
-    if uri.startswith("sqlite:///"):  # its tables made under the store's lock, never beside a run making them
-        from components.core.tracker import tracking_client
+    from components.core.tracker import tracking_client
 
-        tracking_client(uri)
+    tracking_client(uri)  # a SQLite store's tables made under its lock, never beside a run making them
     cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     print(" ".join(cmd))
     bindir = os.path.dirname(sys.executable)
@@ -365,11 +364,12 @@ def _may_have_running_runs(uri: str) -> bool:
     then ``dtlab gc`` answers without importing MLflow, which is most of its start-up."""
     import sqlite3
     from contextlib import closing
-    from pathlib import Path
 
-    if not uri.startswith("sqlite:///") or "?" in uri:
+    from components.core.tracker import sqlite_path
+
+    path = sqlite_path(uri)
+    if path is None or "?" in uri:
         return True
-    path = Path(uri[len("sqlite:///"):])
     if not path.exists():
         return False
     try:

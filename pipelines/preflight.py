@@ -51,16 +51,15 @@ def check_store(uri: str) -> None:
     checked without importing MLflow (seconds of imports and store set-up that the run then does
     while Ray starts): its folder can be created and written, and an existing file opens as a
     database. Any other store through MLflow's client."""
-    if not uri.startswith("sqlite:///"):
-        from components.core.tracker import Tracker
+    from components.core.tracker import Tracker, sqlite_path
 
+    path = sqlite_path(uri)
+    if path is None:
         Tracker(uri).check_reachable()
         return
     import sqlite3
     import tempfile
-    from pathlib import Path
 
-    path = Path(uri[len("sqlite:///"):])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path.parent):

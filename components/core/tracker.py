@@ -53,9 +53,9 @@ def tracking_client(uri: str):
     tables. A store that cannot be opened is left for the caller's first call to report."""
     from mlflow.tracking import MlflowClient
 
-    if not uri.startswith("sqlite:///") or uri in _READY:
+    db = sqlite_path(uri)
+    if db is None or uri in _READY:
         return MlflowClient(tracking_uri=uri)
-    db = Path(uri[len("sqlite:///"):])
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(db.with_name(db.name + ".lock"), "a") as lock:
         try:
@@ -64,14 +64,18 @@ def tracking_client(uri: str):
             fcntl.flock(lock, fcntl.LOCK_EX)
         except ImportError:  # not POSIX: no lock, as before
             pass
-        try:  # MLflow may open the store in the constructor already: both under the lock
-            client = MlflowClient(tracking_uri=uri)
+        client = MlflowClient(tracking_uri=uri)  # MLflow may open the store here already: under the lock too
+        try:
             client.search_experiments(max_results=1)  # opens the store: creates or checks its schema
             _READY.add(uri)
         except Exception as e:  # noqa: BLE001 - reported by the caller's own first call
             log.debug("tracking store %s not ready: %s", uri, e)
-            client = MlflowClient(tracking_uri=uri)
     return client
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` tracking URI; None for any other store."""
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
 
 def resolve_tracking_uri(configured: str | None) -> str:
@@ -107,10 +111,8 @@ def safe_key(key: str) -> str:
 
 def _local_artifact_root(uri: str) -> str | None:
     """For a sqlite store, artifacts go beside the DB (not MLflow's ./mlruns default)."""
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
-        return (db.parent / "artifacts").resolve().as_uri()
-    return None
+    db = sqlite_path(uri)
+    return (db.parent / "artifacts").resolve().as_uri() if db is not None else None
 
 
 class _Batch:
