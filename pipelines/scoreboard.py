@@ -43,6 +43,7 @@ USAGE = __doc__.split("\n\n", 1)[1]
 _FIELDS = {f.name for f in dataclasses.fields(ClaimOutcome)}
 # the order statuses are counted and shown in; a status another version adds is counted after these
 SHOWN = ("holds", "fails", "premise not met", "inconclusive")
+JUDGED_RUNS = ("FINISHED", "FAILED")  # a perturbation's run counts once its report judged claims (a FAILED run's too)
 _NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf")
 
 
@@ -245,7 +246,7 @@ def collect(client, experiments: list[str] | None = None, family: str | None = N
         perturbed: dict[str, Any] = {}
         for r in runs:
             label = robustness_label(r)
-            if label not in ("", TUNED) and r.info.status == "FINISHED" and (include_debug or not off_board(r, flavour)):
+            if label not in ("", TUNED) and r.info.status in JUDGED_RUNS and (include_debug or not off_board(r, flavour)):
                 perturbed.setdefault(label, r)
         eligible = [r for r in runs if robustness_label(r) in ("", TUNED) and not off_board(r, flavour)]
         stale = staleness(run, art, current(exp)) if run is not None else None
@@ -263,13 +264,16 @@ def collect(client, experiments: list[str] | None = None, family: str | None = N
 
 
 def _off_tuned(name: str, perturbed: dict[str, Any], art: _Artifacts) -> dict:
-    """Per perturbation (its newest run) the claim's status, and how many of the judged ones hold."""
+    """Per perturbation (its newest run) the claim's status, and how many of the judged ones hold. A
+    perturbation whose run ended FAILED (a variant crashed) counts with the claims its report judged,
+    marked ``run_failed``: dropping it would hide the perturbations that break a technique hardest."""
     per = {}
     for label, r in sorted(perturbed.items()):
         c = next((c for c in art.claims(r.info.run_id) if c.name == name), None)
         per[label] = {"status": outcome_status(c) if c else "not run", "measured": c.measured if c else "",
-                      "code_version": code_version(r), "debug": bool(off_board(r))}
-    judged = [p for p in per.values() if p["status"] != "not run"]
+                      "code_version": code_version(r), "debug": bool(off_board(r)),
+                      "run_failed": r.info.status == "FAILED", "date": _date(r)}
+    judged = [p for p in per.values() if p["status"] not in ("not run", "inconclusive")]  # as `dtlab robustness` counts
     return {"perturbations": per, "held": sum(p["status"] == "holds" for p in judged), "judged": len(judged)}
 
 
@@ -278,7 +282,12 @@ def off_tuned_text(off: dict) -> str:
     if not off["perturbations"]:
         return ""
     return f"{off['held']}/{off['judged']} hold" + "".join(
-        f" · {k}: {v['status']}" for k, v in off["perturbations"].items() if v["status"] != "holds")
+        f" · {k}: {perturbation_status(v)}" for k, v in off["perturbations"].items() if v["status"] != "holds")
+
+
+def perturbation_status(p: dict) -> str:
+    """A claim's status under one perturbation, "(run FAILED)" added where that run crashed."""
+    return p["status"] + (" (run FAILED)" if p.get("run_failed") else "")
 
 
 def counts(rows: list[dict]) -> dict[str, Any]:

@@ -69,6 +69,23 @@ def test_results_md_is_the_same_bytes_from_the_same_store(client, tmp_path, prob
     assert flavour == "full" and recorded[EXP]["digest"] == probe_inputs.digest
 
 
+def test_a_perturbation_whose_run_failed_counts_and_is_marked(client, tmp_path, probe_inputs):
+    # Prepare: the board run, then c_crashes as `dtlab robustness` leaves it: a FAILED parent whose report
+    # judged the claim (fails: variant c has no results), on a newer code version than the board run
+    _store(client, probe_inputs)
+    fake_parent(client, EXP, "bbbb" * 10, _claims(False), minute=4, robustness="c_crashes", status="FAILED",
+                inputs=probe_inputs.to_json())
+    # Execute
+    model = results_md.write(client, tmp_path / "RESULTS.md", current={EXP: probe_inputs}.get)
+    text = (tmp_path / "RESULTS.md").read_text()
+    # Assert: both perturbations judged (0/2, not 0/1), the crash marked, each run's code version named
+    (entry,) = [e for e in model["experiments"] if e["name"] == EXP]
+    assert (entry["robustness"]["k"], entry["robustness"]["n"]) == (0, 2)
+    assert "| fails (run FAILED) | fails |" in text  # columns c_crashes, noisy_d
+    assert "c_crashes (code bbbbbbbbbb" in text and ", run FAILED)" in text
+    assert "- **Code version:** aaaaaaaaaa" in text and "robustness runs: aaaaaaaaaa, bbbbbbbbbb" in text
+
+
 def test_check_passes_for_current_inputs_and_names_a_changed_file(client, tmp_path, probe_inputs):
     # Prepare: RESULTS.md recording this checkout's inputs, and one whose record of probe.py differs
     # (what an edit to components/core/probe.py after the run looks like)

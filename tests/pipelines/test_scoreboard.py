@@ -94,6 +94,21 @@ def test_history_across_two_code_versions_and_latest_tuned_run(client):
     assert (row["off_tuned"]["held"], row["off_tuned"]["judged"]) == (0, 1)
 
 
+def test_off_tuned_counts_a_failed_run_and_leaves_inconclusive_unjudged(client):
+    # Prepare: the tuned run, a perturbation inside the noise floor, one whose run crashed after judging
+    fake_parent(client, EXP, "aaaa" * 10, [outcome("gain", True, "1.4x")], minute=1)
+    fake_parent(client, EXP, "aaaa" * 10, [outcome("gain", False, "1.1x", inconclusive=True)], minute=2,
+                robustness="loaded")
+    fake_parent(client, EXP, "aaaa" * 10, [outcome("gain", False, "n/a", error="variant 'b' has no results")],
+                minute=3, robustness="crash", status="FAILED")
+    # Execute
+    (row,), _ = sb.collect(client, experiments=[EXP])
+    # Assert: as `dtlab robustness` counts: inconclusive is not a verdict; the crash is, and says so
+    off = row["off_tuned"]
+    assert (off["held"], off["judged"]) == (0, 1)
+    assert sb.off_tuned_text(off) == "0/1 hold · crash: fails (run FAILED) · loaded: inconclusive"
+
+
 def test_premise_not_met_and_not_run_statuses_and_status_filter(client):
     # Prepare: a failure under an unmet premise, a plain failure, and a claim the run did not judge
     fake_parent(client, EXP, "cccc" * 10, [outcome("setting", False, "1", premise_holds=False),
