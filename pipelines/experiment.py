@@ -15,7 +15,8 @@ An experiment config (conf/experiment/NAME.yaml) holds::
                         noise: variant.figure_noise | [...],      # timed: inconclusive inside the floor
                         repeat: {SUFFIX: {suffix: VSUFFIX, paper: note}}}}   # the claim again on other variants
     report:    {baseline: vname | {baseline_vname: [vname, ...]},        # a mapping: one per sub-study
-                table: [metric, ...], plots: [{kind: series, metric: m, ...}]}
+                table: [metric, ...], plots: [{kind: series, metric: m, ...},   # series, bar, scatter
+                                              {kind: cells, claim: grid_claim, x: axis, group: axis}]}
     robustness: {perturbation: [hydra override, ...]}  # off-tuned re-checks (`dtlab robustness`)
     reach:     {metric: {series: curve, target: variant.metric, below: true}}   # time to a target
     debug:     {dotted.key: value}    # the tiny flavour (merged deeply); variants.X: null drops X
@@ -48,7 +49,7 @@ _VARIANT_REF = re.compile(r"(?<![\w.])([A-Za-z_][\w{}]*)\.(?=[A-Za-z_{])")   # `
 # empirical: the paper's claim on the evidence; accounting: holds by construction unless the bookkeeping is
 # wrong (a bytes cut fixed by the shapes): a regression check, counted apart from the headline
 CLAIM_KINDS = ("empirical", "accounting")
-PLOT_KINDS = ("series", "bar", "scatter")
+PLOT_KINDS = ("series", "bar", "scatter", "cells")
 _AXIS_REF = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -394,7 +395,7 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
     names = set(expanded)
     claim_defs = claim_block(exp)
     claims = [_build_claim(cname, c, axes, names) for cname, c in claim_defs.items()]
-    report = _build_report(dict(exp.get("report") or {}), names, expanded)
+    report = _build_report(dict(exp.get("report") or {}), names, expanded, {c.name: c for c in claims})
     reach = _build_reach(exp.get("reach") or {}, names)
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
                           nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp,
@@ -648,7 +649,7 @@ def _with_noise(claim: Claim, noise: Any, key: str, names: set[str]) -> Claim:
     return dataclasses.replace(claim, noise=tuple(refs)) if refs else claim
 
 
-def _build_report(report: dict, names: set[str], expanded: dict) -> dict:
+def _build_report(report: dict, names: set[str], expanded: dict, claims: dict[str, Claim]) -> dict:
     base = report.get("baseline")
     if isinstance(base, dict):
         report["baseline"] = _baseline_groups(base, names, expanded)
@@ -664,10 +665,38 @@ def _build_report(report: dict, names: set[str], expanded: dict) -> dict:
                 group = [n for n, (b, _, _) in expanded.items() if b == v and n != v]
                 cells += group or [v]
             plot = {**plot, "variants": cells}
+        if plot["kind"] == "cells":
+            plot = _cells_plot(plot, claims, f"experiment.report.plots[{i}]")
         plots.append(plot)
     if plots:
         report["plots"] = plots
     return report
+
+
+def _cells_plot(plot: dict, claims: dict[str, Claim], key: str) -> dict:
+    """A ``kind: cells`` plot: a grid claim's measured figure (its first term) at each value of axis
+    ``x``, one line per value of axis ``group``; the claim's axes go into the plot for the report."""
+    allowed = ("claim", "x", "group", "x_figure", "hline", "logx", "logy", "title", "xlabel", "ylabel", "name")
+    extra = sorted(set(plot) - {"kind", *allowed})
+    if extra:
+        raise ConfigError(f"{key}.{extra[0]}", plot[extra[0]], "unknown key; allowed: " + ", ".join(allowed))
+    gridded = sorted(n for n, c in claims.items() if c.over and c.measured)
+    claim = claims.get(plot.get("claim"))
+    require(claim is not None and bool(claim.over) and bool(claim.measured), f"{key}.claim", plot.get("claim"),
+            "a claim with over: [AXIS, ...] and measured: (" + (", ".join(gridded) or "none in this experiment") + ")")
+    wanted = [plot.get("x"), *([plot["group"]] if plot.get("group") is not None else [])]
+    require(sorted(map(str, wanted)) == sorted(claim.over), f"{key}.x", plot.get("x"),
+            f"the axes of claim {claim.name} (over: {list(claim.over)}): x, and group when it has two")
+    x_figure = plot.get("x_figure")
+    if x_figure is not None:
+        ok = isinstance(x_figure, str) and template_axes(x_figure) <= set(claim.over)
+        require(ok, f"{key}.x_figure", x_figure, f"an expression over variant.metric names and the axes {list(claim.over)}")
+        for cell in claim.cells():
+            parse_expr(substitute(x_figure, cell), f"{key}.x_figure")
+    hline = plot.get("hline")
+    require(hline is None or (isinstance(hline, (int, float)) and not isinstance(hline, bool)), f"{key}.hline", hline,
+            "a number (a reference line, e.g. the claim's gate)")
+    return {**plot, "axes": {a: list(v) for a, v in claim.axes}, "figure": claim.measured}
 
 
 def _baseline_groups(groups: dict, names: set[str], expanded: dict) -> dict[str, list[str]]:

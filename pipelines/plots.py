@@ -127,6 +127,87 @@ def scatter_plot(outcomes: dict[str, Any], x: str, y: str, logx: bool = False, l
     return fig, len(pts)
 
 
+def first_term(expr: str) -> str:
+    """The figure a cells plot draws from a claim's ``measured``: the first element of a list, else all
+    of it (``{axis}`` templates kept)."""
+    import ast
+    import re
+
+    marked = re.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", r"__axis_\1__", expr)
+    body = ast.parse(marked, mode="eval").body
+    term = ast.unparse(body.elts[0]) if isinstance(body, (ast.List, ast.Tuple)) and body.elts else marked
+    return re.sub(r"__axis_([A-Za-z_][A-Za-z0-9_]*?)__", r"{\1}", term)
+
+
+def cell_values(outcomes: dict[str, Any], figure: str, cells: list[dict]) -> list[tuple[float, float]]:
+    """(value, SE) of a claim's figure template in each cell; SE is the paired SE of a ``paired(E)``
+    figure (0 otherwise), NaN where the cell cannot be computed."""
+    import ast
+    import math
+
+    from components.core.claims import evaluate, substitute
+
+    metrics = {n: o.result.clean_metrics() for n, o in outcomes.items() if o.result is not None}
+    seeds = {n: o.seed_metrics() for n, o in outcomes.items() if o.result is not None}
+    out = []
+    for cell in cells:
+        term = first_term(substitute(figure, cell))
+        body = ast.parse(term, mode="eval").body
+        try:
+            value = float(evaluate(term, metrics, "plot", seeds))
+        except Exception:  # noqa: BLE001 - a variant or metric the run lacks: a gap in the curve
+            out.append((math.nan, math.nan))
+            continue
+        se = 0.0
+        if isinstance(body, ast.Call) and isinstance(body.func, ast.Name) and body.func.id == "paired":
+            try:
+                se = float(evaluate(f"paired_se({ast.unparse(body.args[0])})", metrics, "plot", seeds))
+            except Exception:  # noqa: BLE001 - one seed: no SE to draw
+                se = math.nan
+        out.append((value, se))
+    return out
+
+
+def cells_plot(outcomes: dict[str, Any], claim: str, figure: str, axes: dict[str, list], x: str,
+               group: str | None = None, x_figure: str | None = None, hline: float | None = None,
+               logx: bool = False, logy: bool = False, title: str | None = None, ylabel: str | None = None,
+               xlabel: str | None = None):
+    """A grid claim's figure over its cells: one point per value of axis ``x`` (placed at that value,
+    or at ``x_figure`` computed in the cell: a measured x such as a communication share), one line per
+    value of axis ``group``, ± the paired SE where the figure is ``paired(...)``; ``hline``: a reference (the gate)."""
+    import math
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    drawn = 0
+    for g in (axes[group] if group else [None]):
+        cells = [{x: v, **({group: g} if group else {})} for v in axes[x]]
+        vals = cell_values(outcomes, figure, cells)
+        xs_at = [v for v, _ in cell_values(outcomes, x_figure, cells)] if x_figure else [float(v) for v in axes[x]]
+        pts = [(xv, y, se) for xv, (y, se) in zip(xs_at, vals) if math.isfinite(y) and math.isfinite(xv)]
+        if not pts:
+            continue
+        xs, ys, ses = zip(*pts)
+        ax.errorbar(xs, ys, yerr=[0.0 if not math.isfinite(e) else e for e in ses], marker="o", capsize=3, lw=1.4,
+                    label=f"{group} = {g}" if group else None)
+        drawn += 1
+    if hline is not None:
+        ax.axhline(hline, color="tab:red", ls="--", lw=1, label=f"gate {hline:g}")
+    if logx:
+        ax.set_xscale("log")
+        readable_log_axis(ax, "x")
+    if logy:
+        ax.set_yscale("log")
+        readable_log_axis(ax, "y")
+    ax.set_xlabel(xlabel or (first_term(x_figure) if x_figure else x))
+    ax.set_ylabel(ylabel or first_term(figure))
+    ax.set_title(title or claim)
+    ax.grid(alpha=0.3)
+    if drawn and (group or hline is not None):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, drawn
+
+
 def make_plot(spec: dict[str, Any], outcomes: dict[str, Any]):
     kind = spec["kind"]
     opts = {k: v for k, v in spec.items() if k not in ("kind", "name")}
@@ -134,6 +215,8 @@ def make_plot(spec: dict[str, Any], outcomes: dict[str, Any]):
         return series_plot(outcomes, **opts)
     if kind == "bar":
         return bar_plot(outcomes, **opts)
+    if kind == "cells":
+        return cells_plot(outcomes, **opts)
     return scatter_plot(outcomes, **opts)
 
 
@@ -142,6 +225,8 @@ def plot_name(spec: dict[str, Any]) -> str:
         return str(spec["name"])
     if spec["kind"] == "scatter":
         return f"scatter_{spec['y']}_vs_{spec['x']}"
+    if spec["kind"] == "cells":
+        return f"cells_{spec['claim']}"
     return f"{spec['kind']}_{spec['metric']}" + ("_" + "_".join(spec["variants"]) if spec.get("variants") and len(spec["variants"]) <= 2 else "")
 
 

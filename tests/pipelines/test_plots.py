@@ -72,3 +72,54 @@ def test_error_feedback_scatter_file_is_named_for_what_it_shows():
     # Assert: it plots final_grad_norm_sq against bits_sent, and its file says so
     assert (spec["y"], spec["x"]) == ("final_grad_norm_sq", "bits_sent")
     assert plots.plot_name(spec) == "grad_norm_sq_vs_bits"
+
+
+def _seeded(role: str, per_seed: dict[int, dict]):
+    """A variant outcome with per-seed metrics (what paired() reads) and their means."""
+    import numpy as np
+
+    keys = next(iter(per_seed.values()))
+    mean = {k: float(np.mean([m[k] for m in per_seed.values()])) for k in keys}
+    return NS(role=role, result=Result(metrics=mean), seed_metrics=lambda: per_seed)
+
+
+def test_cells_plot_draws_a_grid_claims_figure_per_cell_with_its_paired_se():
+    # Prepare: a figure over axes bw x lat (SSN's latency curve): ratio = t_{bw,lat}(a) / t_{bw,lat}(b) per seed;
+    # the lat=50 cell at bw=300 is missing from a's metrics (a gap, not a zero)
+    cells = [(bw, lat) for bw in (80, 300) for lat in (5, 50)]
+    a = {s: {f"t_b{bw}_l{lat}": (1 + 0.1 * s) * lat for bw, lat in cells if (bw, lat) != (300, 50)} for s in (0, 1, 2)}
+    b = {s: {f"t_b{bw}_l{lat}": 2.0 * lat for bw, lat in cells} for s in (0, 1, 2)}
+    outs = {"a": _seeded("technique", a), "b": _seeded("baseline", b)}
+    spec = {"kind": "cells", "claim": "ratio_by_link", "x": "lat", "group": "bw", "hline": 0.5,
+            "axes": {"bw": [80, 300], "lat": [5, 50]}, "figure": "[paired(a.t_b{bw}_l{lat} / b.t_b{bw}_l{lat}), 1]"}
+    # Execute
+    vals = plots.cell_values(outs, spec["figure"], [{"bw": 80, "lat": 5}, {"bw": 300, "lat": 50}])
+    fig, drawn = plots.make_plot(spec, outs)
+    # Assert: mean of (1 + 0.1 s) / 2 over seeds 0..2 = 0.55 with its paired SE; the gap is NaN; two lines + gate
+    import math
+    (v, se), (gap, _) = vals
+    assert math.isclose(v, 0.55) and math.isclose(se, 0.05 / math.sqrt(3), rel_tol=1e-6)
+    assert math.isnan(gap)
+    assert drawn == 2 and plots.plot_name(spec) == "cells_ratio_by_link"
+    assert sorted(t.get_text() for t in fig.axes[0].get_legend().get_texts()) == ["bw = 300", "bw = 80", "gate 0.5"]
+    plots.close(fig)
+
+
+def test_a_cells_plot_must_name_a_grid_claim_and_its_axes(tmp_path):
+    # Prepare: the SSN experiment's latency plot, pointed at a claim without axes, then at a wrong axis
+    import pytest
+
+    from components.core.errors import ConfigError
+    from pipelines.experiment import build_spec
+
+    exp = config.compose(["experiment=subspace_model_parallel"])["experiment"]
+    i = next(i for i, p in enumerate(exp["report"]["plots"]) if p["kind"] == "cells")
+    bad_claim = {**exp, "report": {**exp["report"], "plots": [{**exp["report"]["plots"][i], "claim": "ssn_exact"}]}}
+    bad_axis = {**exp, "report": {**exp["report"], "plots": [{**exp["report"]["plots"][i], "x": "bandwidth"}]}}
+    # Execute / Assert: one line naming the key, the value and what is allowed
+    with pytest.raises(ConfigError) as e:
+        build_spec(bad_claim)
+    assert "experiment.report.plots[0].claim" in str(e.value) and "ssn_time_to_loss_by_link" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        build_spec(bad_axis)
+    assert "experiment.report.plots[0].x" in str(e.value) and "over: ['bw', 'lat']" in str(e.value)
