@@ -204,6 +204,13 @@ def test_debug_experiment_end_to_end(run_experiment):
     d = out.variants["dense_fp32"].result
     assert 0 < d.metrics["sim_time_to_target_s_link80"] <= d.series_xy("val_loss_vs_sim_s_link80")[0][-1]
     assert "sim_time_to_target_s_link80" in m and "steps_to_target" in m
+    # bandwidth share of boundary time: dense's messages are all one size n, so it is (8n/B) / (latency + 8n/B);
+    # SSN's smaller messages are latency-bound sooner
+    n = d.metrics["bytes_per_step"] / (2 * 1 * 2)   # debug: 1 boundary, 2 micro-batches, both directions
+    for link, bw, lat in (("b80_l5", 80e6, 5e-3), ("b300_l50", 300e6, 50e-3)):
+        ser = 8 * n / bw
+        assert d.metrics[f"bandwidth_share_{link}"] == pytest.approx(ser / (ser + lat))
+    assert m["bandwidth_share_b80_l5"] < d.metrics["bandwidth_share_b80_l5"]
 
 
 @pytest.mark.slow

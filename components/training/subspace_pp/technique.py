@@ -12,6 +12,9 @@ ran on the stage actors from the same initial weights and batches, and records h
 differ (losses, bytes, weights: ``actor_vs_local_*``; 0 when they are bitwise equal).
 The simulated clock is the GPipe schedule on each configured link (``links``: name -> link), from
 the stages' measured compute (thread CPU time) and the bytes the codec really produced.
+``bandwidth_share_<link>``: of the boundary messages' transfer time on that link, the share that is
+serialisation (bytes / bandwidth) rather than latency. SSN cuts bytes, not messages, so its time
+advantage needs a link where that share is large for the dense baseline.
 """
 from __future__ import annotations
 
@@ -238,6 +241,7 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
     actor_err = {"actor_vs_local_loss_err": math.nan, "actor_vs_local_weight_err": math.nan,
                  "actor_bytes_match": math.nan}
     train_loss, sim = [], {n: [] for n in links}
+    wire = {n: [0.0, 0.0] for n in links}   # per link: boundary seconds that are bandwidth, and in all
     compute_s, wall_step, fwd_bytes, bwd_bytes = [], [], [], []
     eval_steps, eval_vals, eval_tokens, eval_sim = [], [], [], {n: [] for n in links}
     loss_err = grad_err = math.nan
@@ -281,6 +285,9 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
             compute_s.append(gpipe_step_s(Link(float("inf")), fwd, bwd, fb, bb, opt))
             for n, link in links.items():
                 sim[n].append(gpipe_step_s(link, fwd, bwd, fb, bb, opt))
+                for size in (b for per_stage in (*fb, *bb) for b in per_stage):
+                    wire[n][0] += link.transfer_s(size) - link.latency_s
+                    wire[n][1] += link.transfer_s(size)
             ctx.progress(step + 1, p.steps, loss=train_loss[-1], val=eval_vals[-1])
         final_val = pipe.val_loss(p.steps, val[:p.final_eval_batches])
         stats = pipe.get([a.stats.remote() for a in pipe.actors], p.steps)
@@ -316,6 +323,7 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
     for n in links:
         metrics[f"sim_step_s_{n}"] = float(np.mean(sim[n]))
         metrics[f"sim_time_s_{n}"] = float(np.sum(sim[n]))
+        metrics[f"bandwidth_share_{n}"] = wire[n][0] / wire[n][1] if wire[n][1] > 0 else math.nan
         series[f"val_loss_vs_sim_s_{n}"] = (eval_sim[n], eval_vals, f"simulated seconds ({n})")
     info = {"schedule": "GPipe (fill-drain), backwards in micro-batch order", "execution": p.execution,
             "codec": p.codec, "vocab": corpus.vocab_size,
