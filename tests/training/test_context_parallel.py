@@ -159,6 +159,10 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     judged = {c.name: c for c in out.claims}
     assert judged["ring_exact"].holds and not judged["mixture_cuts_kv_bytes"].error
     assert judged["mixture_not_worse_than_one_subspace"].skipped          # the r=2 variants are not in debug
+    # the compute-bound clock of the same run: block compute scales with the rate, hops do not, the step is slower
+    assert mix["block_compute_s_cb"] == pytest.approx(mix["block_compute_s"] * 15.0 / 1.5)
+    assert mix["sim_step_s_cb"] > mix["sim_step_s"] and math.isfinite(fp["sim_time_to_target_s_cb"])
+    assert not judged["mixture_300mbps_matches_100gbps_compute_bound"].skipped
     assert mlflow_client.get_run(runs["mix_m4_r1"].run_id).data.metrics["kv_bytes_per_hop"] > 0
 
 

@@ -37,6 +37,10 @@ class CPParams(CPSetup):
     balance: float = 0.01         # load-balancing penalty (M > 1)
     links: dict = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_LINKS.items()})
     gflops: float = 15.0          # each rank's compute rate (this CPU at these shapes, see the benchmark)
+    # > 0: a second clock of the same run with ranks at this rate (metrics and series suffixed _cb): blocks whose
+    # compute hides a hop, the paper's long-context regime (block compute grows with the chunk length squared,
+    # its K/V bytes linearly), without training anything twice
+    compute_bound_gflops: float = 0.0
     actor_check: bool = True      # the layer-0 ring on rank actors after training
     check_batch: int = 2
     fail_rank: int = -1           # fault injection: this rank's actor dies on its first hop
@@ -70,6 +74,8 @@ class CPParams(CPSetup):
         for name, cfg in self.links.items():
             Link.from_config(cfg, key=f"links.{name}")
         require(self.gflops > 0, "gflops", self.gflops, "a positive compute rate")
+        require(self.compute_bound_gflops >= 0, "compute_bound_gflops", self.compute_bound_gflops,
+                "0 (no second clock) or a positive compute rate")
         require(isinstance(self.fail_rank, int) and -1 <= self.fail_rank < self.chunks, "fail_rank", self.fail_rank,
                 f"-1 (none) or a rank in [0, {self.chunks - 1}]")
         require(self.check_batch >= 1, "check_batch", self.check_batch, "a positive integer")
@@ -124,6 +130,15 @@ def run_context_parallel(p: CPParams, ctx) -> Result:
               "val_loss_vs_sim_s_dc": ([s * sims["dc"]["sim_step_s"] for s in out["steps"]], out["val_loss"],
                                        "simulated s (100 Gbps link)"),
               "train_loss": out["train_loss"]}
+    if p.compute_bound_gflops > 0:
+        cb = {n: simtime.sim_step(out["layers"], fl, p.chunks, link, p.compute_bound_gflops) for n, link in links.items()}
+        sims.update({f"{n}_cb": v for n, v in cb.items()})
+        m.update({"sim_step_s_cb": cb["wan"]["sim_step_s"], "sim_step_s_dc_cb": cb["dc"]["sim_step_s"],
+                  "exposed_comm_s_cb": cb["wan"]["exposed_comm_s"], "block_compute_s_cb": cb["wan"]["block_compute_s"]})
+        series["val_loss_vs_sim_s_cb"] = ([s * cb["wan"]["sim_step_s"] for s in out["steps"]], out["val_loss"],
+                                          f"simulated s (300 Mbps link, ranks at {p.compute_bound_gflops:g} GFLOP/s)")
+        series["val_loss_vs_sim_s_dc_cb"] = ([s * cb["dc"]["sim_step_s"] for s in out["steps"]], out["val_loss"],
+                                             f"simulated s (100 Gbps link, ranks at {p.compute_bound_gflops:g} GFLOP/s)")
     return Result(metrics=m, series=series, tables={"layers": layers},
                   info={"spec": asdict(spec), "links": p.links, "flops": fl, "sim": sims,
                         "link_model": "latency + 8 bytes / bandwidth per hop, overlapped with the receiver's block",
