@@ -22,3 +22,11 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     assert judged["tp_equals_single_process"].holds and judged["fal_fewer_allreduces"].holds
     assert not judged["fal_loss_not_worse"].error and not judged["fal_faster_step_comm_bound"].error
     assert mlflow_client.get_run(runs["fal"].run_id).data.metrics["allreduces_per_forward"] == L + 1
+    # the link sweep clocks the same measured step: 1 Gbps / 50 us is the comm-bound link again, and the
+    # communication share grows as the bandwidth falls
+    pre = m["pre_ln"]
+    assert pre["sim_step_s_bw1000"] == pre["sim_step_s"] and pre["comm_share_bw1000"] == pre["comm_share"]
+    shares = [pre[f"comm_share_bw{bw}"] for bw in (10000, 3000, 1000, 300, 100, 30)]
+    assert shares == sorted(shares) and shares[0] < shares[-1]
+    grid = judged["fal_step_by_comm_share"]
+    assert len(grid.cells) == 6 and not grid.error and not judged["fal_faster_step_comm_dominated"].error

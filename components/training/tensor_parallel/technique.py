@@ -43,6 +43,9 @@ class TPParams(GPTTrainKnobs):
     threads: int = 1
     timing_repeats: int = 3       # one rank's step compute: this many timed steps at every evaluation, best of all
     links: dict = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_LINKS.items()})
+    # more links to clock the same measured step on (metrics sim_step_s_NAME, comm_share_NAME): the step ratio
+    # against the communication share, from one training run
+    sweep_links: dict = field(default_factory=dict)
     actor_check: bool = True      # one step on tp rank actors (gloo) after training
     check_batch: int = 4
     fail_rank: int = -1           # fault injection: this rank's actor exits at the check step
@@ -60,6 +63,11 @@ class TPParams(GPTTrainKnobs):
                 "a mapping with exactly the links comm_bound and dc, each {bandwidth, latency}")
         for name, c in self.links.items():
             Link.from_config(c, key=f"links.{name}")
+        require(isinstance(self.sweep_links, dict), "sweep_links", self.sweep_links, "a mapping name -> {bandwidth, latency}")
+        for name, c in self.sweep_links.items():
+            require(isinstance(name, str) and name.isidentifier() and name not in DEFAULT_LINKS, "sweep_links", name,
+                    "link names of letters, digits and _ (they suffix metric names), not comm_bound or dc")
+            Link.from_config(c, key=f"sweep_links.{name}")
         require(isinstance(self.fail_rank, int) and -1 <= self.fail_rank < self.tp, "fail_rank", self.fail_rank,
                 f"-1 (none) or a rank in [0, {self.tp - 1}]")
         require(self.timeout_s > 0, "timeout_s", self.timeout_s, "a positive number of seconds")
@@ -116,6 +124,9 @@ def run_tensor_parallel(p: TPParams, ctx) -> Result:
          "train_s_per_step": out["train_s_per_step"], "n_layer": float(p.n_layer), "tp": float(p.tp),
          "n_params": float(sum(q.numel() for q in model.parameters())), "peak_rss_mb": mem.peak_mb,
          "wall_s": time.perf_counter() - t0}
+    for n, c in p.sweep_links.items():
+        sw = simtime.sim_step(rank["compute_s"], rank["sizes"], Link.from_config(c, key=f"sweep_links.{n}"), p.tp)
+        m[f"sim_step_s_{n}"], m[f"comm_share_{n}"] = sw["sim_step_s"], sw["comm_s"] / sw["sim_step_s"]
     series = {"val_loss": (out["steps"], out["val_loss"]),
               "val_loss_vs_sim_s": ([s * cb["sim_step_s"] for s in out["steps"]], out["val_loss"],
                                     "simulated s (TP-2, 1 Gbps / 50 us)"),
