@@ -189,6 +189,10 @@ def cells_plot(outcomes: dict[str, Any], claim: str, figure: str, axes: dict[str
         xs, ys, ses = zip(*pts)
         ax.errorbar(xs, ys, yerr=[0.0 if not math.isfinite(e) else e for e in ses], marker="o", capsize=3, lw=1.4,
                     label=f"{group} = {g}" if group else None)
+        if x_figure:                       # a measured x: say which cell each point is
+            shown = [v for v, xv, (y, _) in zip(axes[x], xs_at, vals) if math.isfinite(y) and math.isfinite(xv)]
+            for (xv, y, _), v in zip(pts, shown):
+                ax.annotate(f"{x}={v}", (xv, y), textcoords="offset points", xytext=(4, 5), fontsize=7)
         drawn += 1
     if hline is not None:
         ax.axhline(hline, color="tab:red", ls="--", lw=1, label=f"gate {hline:g}")
@@ -198,6 +202,11 @@ def cells_plot(outcomes: dict[str, Any], claim: str, figure: str, axes: dict[str
     if logy:
         ax.set_yscale("log")
         readable_log_axis(ax, "y")
+    if x_figure:
+        ax.margins(x=0.08)                 # room for the last point's name
+    else:                                  # the axis values themselves, as the grid spells them
+        ax.set_xticks([float(v) for v in axes[x]], [str(v) for v in axes[x]])
+        ax.minorticks_off()
     ax.set_xlabel(xlabel or (first_term(x_figure) if x_figure else x))
     ax.set_ylabel(ylabel or first_term(figure))
     ax.set_title(title or claim)

@@ -101,6 +101,7 @@ def test_cells_plot_draws_a_grid_claims_figure_per_cell_with_its_paired_se():
     assert math.isclose(v, 0.55) and math.isclose(se, 0.05 / math.sqrt(3), rel_tol=1e-6)
     assert math.isnan(gap)
     assert drawn == 2 and plots.plot_name(spec) == "cells_ratio_by_link"
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["5", "50"]   # the grid's values, as written
     assert sorted(t.get_text() for t in fig.axes[0].get_legend().get_texts()) == ["bw = 300", "bw = 80", "gate 0.5"]
     plots.close(fig)
 
