@@ -43,10 +43,12 @@ KEYS_BEFORE = {
                           "warmup weight_decay wire_dtype".split()),
     CPParams: set("M actor_check balance batch bucket check_batch chunks codec context d_model eval_batches "
                   "eval_every fail_rank final_lr_frac gflops kv links lr n_head n_layer rank_frac steps "
-                  "tau_end tau_start threads timeout_s warmup weight_decay".split()),
+                  "tau_end tau_start threads timeout_s warmup weight_decay".split())
+    | {"compute_bound_gflops"},   # added since (issue 32 item 4): a second clock, off by default
     TPParams: set("actor_check batch block check_batch context d_model eval_batches eval_every fail_rank "
                   "final_eval_batches final_lr_frac links lr n_head n_layer steps threads timeout_s "
-                  "timing_repeats tp warmup weight_decay".split()),
+                  "timing_repeats tp warmup weight_decay".split())
+    | {"sweep_links"},            # added since (issue 32 item 2): more links to clock the step on, none by default
     MeCeFOParams: set("actor_check actor_down actor_kills actor_steps approx_own batch ckpt_every context "
                       "crash_at d_model down_steps eval_batch eval_batches eval_every failure_rate "
                       "final_eval_batches final_lr_frac link lowrank lr n_head n_layer rank recompute_ffn "
