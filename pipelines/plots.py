@@ -131,12 +131,18 @@ def first_term(expr: str) -> str:
     """The figure a cells plot draws from a claim's ``measured``: the first element of a list, else all
     of it (``{axis}`` templates kept)."""
     import ast
-    import re
 
-    marked = re.sub(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", r"__axis_\1__", expr)
+    from components.core.claims import template_axes
+
+    axes = sorted(template_axes(expr))
+    marked = expr
+    for a in axes:                         # {axis} is not Python: a placeholder name while parsing
+        marked = marked.replace("{" + a + "}", f"__axis_{a}__")
     body = ast.parse(marked, mode="eval").body
     term = ast.unparse(body.elts[0]) if isinstance(body, (ast.List, ast.Tuple)) and body.elts else marked
-    return re.sub(r"__axis_([A-Za-z_][A-Za-z0-9_]*?)__", r"{\1}", term)
+    for a in axes:
+        term = term.replace(f"__axis_{a}__", "{" + a + "}")
+    return term
 
 
 def cell_values(outcomes: dict[str, Any], figure: str, cells: list[dict]) -> list[tuple[float, float]]:
