@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 import psutil
 
@@ -72,6 +73,29 @@ def run_isolated(name: str, *overrides: str):
     return out, peak, wall
 
 
+def run_in_store(name: str, debug: bool, runs_dir: str):
+    """An experiment (full or its debug flavour) into the store ``runs_dir``, whose prepare cache it
+    shares with a later :func:`prepared` (a serving benchmark's load test): (outcome, peak MB, wall s),
+    with the headline printed."""
+    t0 = time.perf_counter()
+    out, peak = run_experiment(name, f"debug={str(debug).lower()}", "cluster.include_dashboard=false",
+                               runs_dir=runs_dir)
+    wall = time.perf_counter() - t0
+    headline(name, out, peak, wall, f"{'debug' if debug else 'full'} experiment, prepare cache {out.prepare_cache}")
+    return out, peak, wall
+
+
+def prepared(name: str, step: str, runs_dir: str, debug: bool):
+    """The output of experiment ``name``'s prepare step ``step`` from the cache in ``runs_dir`` (built and
+    cached there if absent), with the validated experiment spec."""
+    from pathlib import Path
+
+    from pipelines import config, dag
+
+    spec = dag.validate(config.compose([f"experiment={name}", f"debug={str(debug).lower()}", f"runs_dir={runs_dir}"]))
+    return dag.prepare_local(spec, step, Path(runs_dir).resolve())[0], spec
+
+
 def headline(name: str, out, peak_mb: float, wall_s: float, what: str = "full experiment") -> None:
     """The benchmark's first line: wall time, peak memory and how many gated claims held."""
     print(f"## {name} {what}: {wall_s:.0f} s wall, peak memory {peak_mb:.0f} MB (driver + Ray workers), "
@@ -88,10 +112,12 @@ def claim_outcome(c) -> str:
 
 
 def claims_table(out) -> None:
-    """Every claim of an outcome as a Markdown table: gate, outcome, measured figure, premise figure."""
+    """Every claim of an outcome as a Markdown table: gate, outcome, measured figure (with +- SE where it is a
+    mean over seeds), premise figure."""
     print("\n| claim | gate | outcome | measured | premise |\n|---|---|---|---|---|")
     for c in out.claims:
-        print(f"| {c.name} | {c.gate} | {claim_outcome(c)} | {c.measured} | {getattr(c, 'premise_measured', '') or ''} |")
+        measured = getattr(c, "measured_pm", "") or c.measured
+        print(f"| {c.name} | {c.gate} | {claim_outcome(c)} | {measured} | {getattr(c, 'premise_measured', '') or ''} |")
 
 
 def per_seed_table(out, metric: str) -> None:
@@ -106,6 +132,39 @@ def per_seed_table(out, metric: str) -> None:
             v = so.result.metrics.get(metric) if so is not None and so.result is not None else None
             cells.append("" if v is None else f"{v:.4f}")
         print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+NAN = float("nan")
+
+
+def fig(key: str, fmt: str = ".4f", scale: float = 1.0, unit: str = ""):
+    """A variant-table cell: the variant's ``key`` (times ``scale``), NaN where it is missing."""
+    return lambda r, o: f"{r.get(key, NAN) * scale:{fmt}}{unit}"
+
+
+def fig_se(key: str, fmt: str = ".4f"):
+    """A variant-table cell: ``key`` +- its standard error over seeds (``key_se``)."""
+    return lambda r, o: f"{r.get(key, NAN):{fmt}} +- {r.get(key + '_se', NAN):{fmt}}"
+
+
+def fig_ratio(base: dict, key: str, key_b: str | None = None, fmt: str = ".3f"):
+    """A variant-table cell: ``key`` over ``base[key_b or key]`` (see :func:`ratio_to`)."""
+    ratio = ratio_to(base)
+    return lambda r, o: f"{ratio(r, key, key_b):{fmt}}"
+
+
+STATUS = ("status", lambda r, o: o.status)
+ROLE = ("role", lambda r, o: o.role)
+WALL = ("wall_s", lambda r, o: f"{o.wall_s:.0f}")
+
+
+def variant_table(out, columns: list[tuple[str, Any]]) -> None:
+    """One Markdown row per variant of an outcome: its name, then each ``(header, cell(metrics, outcome))``."""
+    m = variant_metrics(out)
+    print("| variant | " + " | ".join(h for h, _ in columns) + " |")
+    print("|" + "---|" * (len(columns) + 1))
+    for name, o in out.variants.items():
+        print(f"| {name} | " + " | ".join(cell(m[name], o) for _, cell in columns) + " |")
 
 
 def variant_metrics(out) -> dict[str, dict]:

@@ -14,43 +14,31 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import ratio_to, run_isolated, variant_metrics  # noqa: E402
-
-NAN = float("nan")
+from benchmarks._util import (NAN, STATUS, WALL, claims_table, fig, fig_ratio, fig_se, headline,  # noqa: E402
+                              run_isolated, variant_metrics, variant_table)
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("compactfusion", *overrides)
-    m = variant_metrics(out)
-    sync = m.get("sync", {})
-    ratio = ratio_to(sync)
+    sync = variant_metrics(out).get("sync", {})
 
-    print(f"## compactfusion full experiment: {wall:.0f} s wall, peak memory {peak:.0f} MB (driver + Ray workers), "
-          f"claims held {out.claims_held}/{sum(c.gate for c in out.claims)}\n")
-    print("| variant | status | PSNR dB (+-se) | SSIM | class acc | bytes/step | / sync | steady / sync | "
-          "lat NVLink / sync | lat PCIe / sync | lat Eth / sync | K/V err last | err growth | base mismatch | "
-          "actor bits equal | codec s/step | wall_s |")
-    print("|" + "---|" * 17)
-    for name, o in out.variants.items():
-        r = m[name]
-        print(f"| {name} | {o.status} | {r.get('psnr_db', NAN):.2f} +- {r.get('psnr_db_se', NAN):.2f} "
-              f"| {r.get('ssim', NAN):.4f} | {r.get('class_acc', NAN):.3f} | {r.get('bytes_per_step', NAN):.0f} "
-              f"| {ratio(r, 'bytes_per_step'):.4f} | {ratio(r, 'bytes_per_step_steady', 'bytes_per_step'):.4f} "
-              f"| {ratio(r, 'sim_latency_s_nvlink'):.3f} | {ratio(r, 'sim_latency_s_pcie'):.3f} "
-              f"| {ratio(r, 'sim_latency_s_ethernet'):.3f} | {r.get('recon_rel_err_last', NAN):.4f} "
-              f"| {r.get('recon_err_growth', NAN):.2f} | {r.get('base_mismatch', NAN):.2e} "
-              f"| {r.get('actor_bits_equal', NAN):.0f} | {r.get('codec_s_per_step', NAN):.3f} | {o.wall_s:.0f} |")
+    headline("compactfusion", out, peak, wall)
+    variant_table(out, [
+        STATUS, ("PSNR dB (+-se)", fig_se("psnr_db", ".2f")), ("SSIM", fig("ssim")), ("class acc", fig("class_acc", ".3f")),
+        ("bytes/step", fig("bytes_per_step", ".0f")), ("/ sync", fig_ratio(sync, "bytes_per_step", fmt=".4f")),
+        ("steady / sync", fig_ratio(sync, "bytes_per_step_steady", "bytes_per_step", fmt=".4f")),
+        ("lat NVLink / sync", fig_ratio(sync, "sim_latency_s_nvlink")),
+        ("lat PCIe / sync", fig_ratio(sync, "sim_latency_s_pcie")),
+        ("lat Eth / sync", fig_ratio(sync, "sim_latency_s_ethernet")),
+        ("K/V err last", fig("recon_rel_err_last")), ("err growth", fig("recon_err_growth", ".2f")),
+        ("base mismatch", fig("base_mismatch", ".2e")), ("actor bits equal", fig("actor_bits_equal", ".0f")),
+        ("codec s/step", fig("codec_s_per_step", ".3f")), WALL])
     print(f"\ncalibration: one block on one shard {sync.get('block_compute_s', NAN) * 1e3:.2f} ms, on all tokens "
           f"{sync.get('block_compute_s_full', NAN) * 1e3:.2f} ms; links (Gbit/s) NVLink-like "
           f"{sync.get('link_gbps_nvlink', NAN):.2f}, PCIe-like {sync.get('link_gbps_pcie', NAN):.3f}, Ethernet-like "
           f"{sync.get('link_gbps_ethernet', NAN):.4f}; exact K/V change between steps {sync.get('kv_step_change_mean', NAN):.4f} "
           f"(mean), {sync.get('kv_step_change_last', NAN):.4f} (last step)")
-    print("\n| claim | gate | outcome | measured | premise |\n|---|---|---|---|---|")
-    for c in out.claims:
-        outcome = "skipped" if c.skipped else ("premise not met" if getattr(c, "premise_holds", None) is False
-                                               else c.holds)
-        print(f"| {c.name} | {c.gate} | {outcome} | {c.measured_pm or c.measured} | {getattr(c, 'premise_measured', '') or ''} |")
-
+    claims_table(out)
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -17,34 +17,24 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, per_seed_table, run_isolated  # noqa: E402
+from benchmarks._util import (NAN, STATUS, WALL, claims_table, fig, fig_ratio, fig_se, headline,  # noqa: E402
+                              per_seed_table, run_isolated, variant_metrics, variant_table)
 
-NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("context_parallel_compression", *overrides)
-    m = {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
-    fp = m.get("ring_fp32", {})
-
-    def ratio(a: dict, key: str, b: dict, key_b: str | None = None) -> float:
-        den = b.get(key_b or key, NAN)
-        return a.get(key, NAN) / den if den else NAN
+    fp = variant_metrics(out).get("ring_fp32", {})
 
     headline("context_parallel_compression", out, peak, wall)
-    print("| variant | status | final_val_loss (+-se) | loss / fp32 | K/V bytes per hop | bytes / fp32 | cut | "
-          "sim_step 300M | sim_step 100G | t->target 300M | / fp32@100G | / fp32@300M | usage H | "
-          "actor vs ring | peak RSS MB | wall_s |")
-    print("|" + "---|" * 16)
-    for name, o in out.variants.items():
-        r = m[name]
-        print(f"| {name} | {o.status} | {r.get('final_val_loss', NAN):.4f} +- {r.get('final_val_loss_se', NAN):.4f} "
-              f"| {ratio(r, 'final_val_loss', fp):.4f} | {r.get('kv_bytes_per_hop', NAN):.0f} "
-              f"| {ratio(r, 'kv_bytes_per_hop', fp):.4f} | {r.get('kv_bytes_cut', NAN):.4f} "
-              f"| {r.get('sim_step_s', NAN) * 1e3:.1f} ms | {r.get('sim_step_s_dc', NAN) * 1e3:.1f} ms "
-              f"| {r.get('sim_time_to_target_s', NAN):.2f} s | {ratio(r, 'sim_time_to_target_s', fp, 'sim_time_to_target_s_dc'):.2f} "
-              f"| {ratio(r, 'sim_time_to_target_s', fp):.2f} | {r.get('router_usage_entropy', NAN):.2f} "
-              f"| {r.get('actor_vs_vec_err', NAN):.1e} | {r.get('peak_rss_mb', NAN):.0f} | {o.wall_s:.0f} |")
+    variant_table(out, [
+        STATUS, ("final_val_loss (+-se)", fig_se("final_val_loss")), ("loss / fp32", fig_ratio(fp, "final_val_loss", fmt=".4f")),
+        ("K/V bytes per hop", fig("kv_bytes_per_hop", ".0f")), ("bytes / fp32", fig_ratio(fp, "kv_bytes_per_hop", fmt=".4f")),
+        ("cut", fig("kv_bytes_cut")), ("sim_step 300M", fig("sim_step_s", ".1f", 1e3, " ms")),
+        ("sim_step 100G", fig("sim_step_s_dc", ".1f", 1e3, " ms")), ("t->target 300M", fig("sim_time_to_target_s", ".2f", unit=" s")),
+        ("/ fp32@100G", fig_ratio(fp, "sim_time_to_target_s", "sim_time_to_target_s_dc", fmt=".2f")),
+        ("/ fp32@300M", fig_ratio(fp, "sim_time_to_target_s", fmt=".2f")), ("usage H", fig("router_usage_entropy", ".2f")),
+        ("actor vs ring", fig("actor_vs_vec_err", ".1e")), ("peak RSS MB", fig("peak_rss_mb", ".0f")), WALL])
     print(f"\nexactness (uncompressed ring vs full attention, vectorised and on actors): forward "
           f"{fp.get('max_ring_abs_err', NAN):.2e}, gradients {fp.get('max_ring_grad_abs_err', NAN):.2e}; "
           f"block compute {fp.get('block_compute_s', NAN) * 1e3:.2f} ms, uncompressed hop at 300 Mbps "

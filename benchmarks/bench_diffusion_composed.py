@@ -13,30 +13,23 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, per_seed_table, ratio_to, run_isolated, variant_metrics  # noqa: E402
+from benchmarks._util import (ROLE, STATUS, WALL, claims_table, fig, fig_ratio, fig_se, headline,  # noqa: E402
+                              per_seed_table, run_isolated, variant_metrics, variant_table)
 
-NAN = float("nan")
 LINKS = ("nvlink", "pcie", "ethernet")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("diffusion_composed", *overrides)
     headline("diffusion_composed", out, peak, wall)
-    m = variant_metrics(out)
-    sync = m.get("sync", {})
-    ratio = ratio_to(sync)
+    sync = variant_metrics(out).get("sync", {})
 
-    print("| variant | role | status | PSNR dB (+-se) | SSIM | class acc | skip fraction | bytes/step / sync | "
-          "steady bytes / sync | " + " | ".join(f"lat {k} / sync" for k in LINKS) + " | K/V err mean | wall_s |")
-    print("|" + "---|" * (10 + len(LINKS)))
-    for name, o in out.variants.items():
-        r = m[name]
-        lat = " | ".join(f"{ratio(r, f'sim_latency_s_{k}'):.3f}" for k in LINKS)
-        steady = ratio(r, "bytes_per_step_steady", "bytes_per_step")
-        print(f"| {name} | {o.role} | {o.status} | {r.get('psnr_db', NAN):.2f} +- {r.get('psnr_db_se', NAN):.2f} "
-              f"| {r.get('ssim', NAN):.4f} | {r.get('class_acc', NAN):.3f} | {r.get('skip_fraction', NAN):.3f} "
-              f"| {ratio(r, 'bytes_per_step'):.4f} | {steady:.4f} | {lat} | {r.get('recon_rel_err_mean', NAN):.4f} "
-              f"| {o.wall_s:.0f} |")
+    variant_table(out, [
+        ROLE, STATUS, ("PSNR dB (+-se)", fig_se("psnr_db", ".2f")), ("SSIM", fig("ssim")), ("class acc", fig("class_acc", ".3f")),
+        ("skip fraction", fig("skip_fraction", ".3f")), ("bytes/step / sync", fig_ratio(sync, "bytes_per_step", fmt=".4f")),
+        ("steady bytes / sync", fig_ratio(sync, "bytes_per_step_steady", "bytes_per_step", fmt=".4f")),
+        *[(f"lat {k} / sync", fig_ratio(sync, f"sim_latency_s_{k}")) for k in LINKS],
+        ("K/V err mean", fig("recon_rel_err_mean")), WALL])
     per_seed_table(out, "psnr_db")
     claims_table(out)
 

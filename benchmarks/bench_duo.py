@@ -23,34 +23,28 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, run_isolated  # noqa: E402
+from benchmarks._util import WALL, claims_table, fig, fig_ratio, fig_se, headline, run_isolated, variant_metrics, variant_table  # noqa: E402
 
 NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("duo", *overrides)
-    m = {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
+    m = variant_metrics(out)
     fp, q4 = m.get("fp32", {}), m.get("q4", {})
 
-    def ratio(a: dict, b: dict, key: str, key_b: str | None = None) -> float:
-        den = b.get(key_b or key, NAN)
-        return a.get(key, NAN) / den if den else NAN
-
     headline("duo", out, peak, wall)
-    print("| variant | final_val_loss (+-se over seeds) | loss / fp32 | bytes/step fast | bytes/step slow | bytes / fp32 "
-          "| sim_step_s | sim / fp32 | sim / q4 | slow/fwd | sim / q4 (100Mbps) | gloo fast s/step | gloo slow s/step "
-          "| exposed slow s/step | tokens/s | wall_s |")
-    print("|" + "---|" * 16)
-    for name, o in out.variants.items():
-        r = m[name]
-        print(f"| {name} | {r.get('final_val_loss', NAN):.4f} +- {r.get('final_val_loss_se', NAN):.4f} "
-              f"| {ratio(r, fp, 'final_val_loss'):.4f} | {r.get('bytes_fast_per_step', NAN):.0f} "
-              f"| {r.get('bytes_slow_per_step', NAN):.0f} | {ratio(r, fp, 'bytes_per_step'):.3f} "
-              f"| {r.get('sim_step_s', NAN) * 1e3:.2f} ms | {ratio(r, fp, 'sim_step_s'):.3f} | {ratio(r, q4, 'sim_step_s'):.3f} "
-              f"| {r.get('slow_fwd_ratio', NAN):.2f} | {ratio(r, q4, 'sim_step_s_slow_link'):.3f} "
-              f"| {r.get('gloo_fast_s_per_step', NAN) * 1e3:.2f} ms | {r.get('gloo_slow_s_per_step', NAN) * 1e3:.2f} ms "
-              f"| {r.get('exposed_slow_s_per_step', NAN) * 1e3:.2f} ms | {r.get('tokens_per_s', NAN):.0f} | {o.wall_s:.0f} |")
+    variant_table(out, [
+        ("final_val_loss (+-se over seeds)", fig_se("final_val_loss")),
+        ("loss / fp32", fig_ratio(fp, "final_val_loss", fmt=".4f")),
+        ("bytes/step fast", fig("bytes_fast_per_step", ".0f")), ("bytes/step slow", fig("bytes_slow_per_step", ".0f")),
+        ("bytes / fp32", fig_ratio(fp, "bytes_per_step")), ("sim_step_s", fig("sim_step_s", ".2f", 1e3, " ms")),
+        ("sim / fp32", fig_ratio(fp, "sim_step_s")), ("sim / q4", fig_ratio(q4, "sim_step_s")),
+        ("slow/fwd", fig("slow_fwd_ratio", ".2f")), ("sim / q4 (100Mbps)", fig_ratio(q4, "sim_step_s_slow_link")),
+        ("gloo fast s/step", fig("gloo_fast_s_per_step", ".2f", 1e3, " ms")),
+        ("gloo slow s/step", fig("gloo_slow_s_per_step", ".2f", 1e3, " ms")),
+        ("exposed slow s/step", fig("exposed_slow_s_per_step", ".2f", 1e3, " ms")),
+        ("tokens/s", fig("tokens_per_s", ".0f")), WALL])
     claims_table(out)
 
 

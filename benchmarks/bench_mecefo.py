@@ -14,31 +14,28 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, ratio_to, run_isolated, variant_metrics  # noqa: E402
+from benchmarks._util import (NAN, STATUS, WALL, claims_table, fig, fig_ratio, fig_se, headline,  # noqa: E402
+                              run_isolated, variant_metrics, variant_table)
 
-NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("mecefo", *overrides)
     m = variant_metrics(out)
     ff = m.get("fault_free", {})
-    ratio = ratio_to(ff)
 
     headline("mecefo", out, peak, wall)
-    print("| variant | status | final_val_loss (+-se) | loss / fault-free | tokens/s (virtual) | / fault-free | "
-          "throughput loss | overloaded step | saved act. (d64 / d128) | grad cos (mb / step) | down frac | "
-          "actor restarts / kills | actor vs vec | wall_s |")
-    print("|" + "---|" * 14)
-    for name, o in out.variants.items():
-        r = m[name]
-        print(f"| {name} | {o.status} | {r.get('final_val_loss', NAN):.4f} +- {r.get('final_val_loss_se', NAN):.4f} "
-              f"| {ratio(r, 'final_val_loss'):.4f} | {r.get('tokens_per_s', NAN):.0f} | {ratio(r, 'tokens_per_s'):.3f} "
-              f"| {r.get('throughput_loss', NAN):.3f} | {r.get('overloaded_step_ratio', NAN):.2f} "
-              f"| {r.get('saved_activation_ratio', NAN):.2f} / {r.get('saved_activation_ratio_timing', NAN):.2f} "
-              f"| {r.get('grad_cosine', NAN):.3f} / {r.get('grad_cosine_step', NAN):.3f} | {r.get('down_frac', NAN):.2f} "
-              f"| {r.get('actor_restarts', NAN):.0f} / {r.get('actor_kills', NAN):.0f} "
-              f"| {r.get('actor_vs_vectorised_err', NAN):.1e} | {o.wall_s:.0f} |")
+    variant_table(out, [
+        STATUS, ("final_val_loss (+-se)", fig_se("final_val_loss")),
+        ("loss / fault-free", fig_ratio(ff, "final_val_loss", fmt=".4f")), ("tokens/s (virtual)", fig("tokens_per_s", ".0f")),
+        ("/ fault-free", fig_ratio(ff, "tokens_per_s")), ("throughput loss", fig("throughput_loss", ".3f")),
+        ("overloaded step", fig("overloaded_step_ratio", ".2f")),
+        ("saved act. (d64 / d128)", lambda r, o: f"{fig('saved_activation_ratio', '.2f')(r, o)} / "
+                                                 f"{fig('saved_activation_ratio_timing', '.2f')(r, o)}"),
+        ("grad cos (mb / step)", lambda r, o: f"{fig('grad_cosine', '.3f')(r, o)} / {fig('grad_cosine_step', '.3f')(r, o)}"),
+        ("down frac", fig("down_frac", ".2f")),
+        ("actor restarts / kills", lambda r, o: f"{fig('actor_restarts', '.0f')(r, o)} / {fig('actor_kills', '.0f')(r, o)}"),
+        ("actor vs vec", fig("actor_vs_vectorised_err", ".1e")), WALL])
     me = m.get("mecefo", {})
     modes = sorted(k[len("time_ratio_"):] for k in me
                    if k.startswith("time_ratio_") and not k.endswith(("_se", "_n")))   # not the seed aggregates

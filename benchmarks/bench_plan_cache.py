@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import PeakMemory, claims_table, run_experiment  # noqa: E402
+from benchmarks._util import PeakMemory, claims_table, prepared, run_in_store  # noqa: E402
 
 COLS = ("accuracy", "cost_s", "cost_ratio_vs_large", "cache_hit_ratio", "hit_ratio_after_200", "false_hit_ratio",
         "overhead_share", "large_calls", "small_calls", "wall_per_request_ms")
@@ -32,15 +31,6 @@ def tables(out) -> None:
         print(f"| {name} | {o.role} | " + " | ".join(f"{m.get(c, float('nan')):.3f}" for c in COLS)
               + f" | {m['cost_s'] / base['cost_s']:.3f} | {m['accuracy'] - base['accuracy']:+.3f} |")
     claims_table(out)
-
-
-def cached_lms(runs_dir: str, debug: bool) -> dict:
-    from pathlib import Path
-
-    from pipelines import config, dag
-
-    cfg = config.compose(["experiment=plan_cache", f"debug={str(debug).lower()}", f"runs_dir={runs_dir}"])
-    return dag.prepare_local(dag.validate(cfg), "lms", Path(runs_dir).resolve())[0]
 
 
 def load_test(lms: dict, n_requests: int, concurrency: int) -> None:
@@ -87,13 +77,8 @@ def main() -> None:
     ap.add_argument("--skip-full", action="store_true", help="load test only (LMs from the prepare cache)")
     a = ap.parse_args()
     if not a.skip_full:
-        t0 = time.perf_counter()
-        out, peak = run_experiment("plan_cache", f"debug={str(a.debug).lower()}", "cluster.include_dashboard=false",
-                                   runs_dir=a.runs_dir)
-        print(f"## plan_cache experiment ({'debug' if a.debug else 'full'}): {time.perf_counter() - t0:.0f} s wall, "
-              f"peak memory {peak:.0f} MB (driver + Ray workers), prepare cache {out.prepare_cache}\n")
-        tables(out)
-    load_test(cached_lms(a.runs_dir, a.debug), a.requests, a.concurrency)
+        tables(run_in_store("plan_cache", a.debug, a.runs_dir)[0])
+    load_test(prepared("plan_cache", "lms", a.runs_dir, a.debug)[0], a.requests, a.concurrency)
 
 
 if __name__ == "__main__":

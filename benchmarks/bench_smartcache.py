@@ -19,28 +19,15 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 COLS = ["hit_ratio", "false_hit_ratio", "answer_accuracy", "kv_blocks_peak", "prefill_tokens_saved", "sim_ttft_s",
         "shift_f1", "wall_per_turn_s"]
 
-from benchmarks.bench_specreason import _fmt, claim_table  # noqa: E402  (one claim-table printer for benchmarks)
+from benchmarks._util import (PeakMemory, claims_table, fig, fig_ratio, prepared, run_in_store,  # noqa: E402
+                              variant_metrics, variant_table)
 
 
-def variant_table(outcome) -> None:
-    m = {n: v.result.metrics for n, v in outcome.variants.items() if v.result is not None}
-    pre = m.get("prefix", {})
-    print(f"\n{'variant':<16} " + " ".join(f"{c:>14}" for c in COLS) + f" {'blocks/prefix':>14} {'ttft/prefix':>12}")
-    for n, x in m.items():
-        rb = x["kv_blocks_peak"] / pre["kv_blocks_peak"] if pre else float("nan")
-        rt = x["sim_ttft_s"] / pre["sim_ttft_s"] if pre else float("nan")
-        print(f"{n:<16} " + " ".join(f"{_fmt(x.get(c, float('nan'))):>14}" for c in COLS) + f" {rb:>14.3f} {rt:>12.3f}")
-
-
-def bundle(runs_dir: str, debug: bool) -> tuple[dict, dict]:
-    from pathlib import Path
-
-    from pipelines import config, dag
-
-    cfg = config.compose(["experiment=smartcache", f"debug={str(debug).lower()}", f"runs_dir={runs_dir}"])
-    spec = dag.validate(cfg)
-    wl = next(v for v in spec.variants if v.name == "smart").params.workload
-    return dag.prepare_local(spec, "served", Path(runs_dir).resolve())[0], wl
+def tables(out) -> None:
+    pre = variant_metrics(out).get("prefix", {})
+    variant_table(out, [*[(c, fig(c, ".4g")) for c in COLS], ("blocks/prefix", fig_ratio(pre, "kv_blocks_peak")),
+                        ("ttft/prefix", fig_ratio(pre, "sim_ttft_s"))])
+    claims_table(out)
 
 
 def load_test(b: dict, workload: dict, n_requests: int, concurrency: int, max_seconds: float) -> None:
@@ -85,18 +72,11 @@ def main() -> None:
     ap.add_argument("--skip-experiment", action="store_true", help="only the load test")
     a = ap.parse_args()
 
-    from benchmarks._util import PeakMemory, run_experiment
-
     if not a.skip_experiment:
-        t0 = time.perf_counter()
-        outcome, peak = run_experiment("smartcache", f"debug={str(a.debug).lower()}", "cluster.include_dashboard=false",
-                                       runs_dir=a.runs_dir)
-        print(f"SmartCache experiment ({'debug' if a.debug else 'full'}): {time.perf_counter() - t0:.0f} s wall, "
-              f"peak RSS {peak:.0f} MB, prepare cache {outcome.prepare_cache}")
-        variant_table(outcome)
-        claim_table(outcome)
+        tables(run_in_store("smartcache", a.debug, a.runs_dir)[0])
     t0 = time.perf_counter()
-    b, wl = bundle(a.runs_dir, a.debug)
+    b, spec = prepared("smartcache", "served", a.runs_dir, a.debug)
+    wl = next(v for v in spec.variants if v.name == "smart").params.workload
     with PeakMemory() as mem:
         load_test(b, wl, a.requests, a.concurrency, a.max_seconds)
     print(f"load test: {time.perf_counter() - t0:.0f} s wall, peak RSS {mem.peak_mb:.0f} MB")

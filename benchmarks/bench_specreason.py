@@ -11,48 +11,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+from benchmarks._util import claims_table, fig, fig_ratio, prepared, run_in_store, variant_metrics, variant_table  # noqa: E402
 
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_fmt(x) for x in v) + "]"
-    return str(v)
+COLS = ("accuracy", "sim_latency_s", "wall_per_problem_s", "base_tokens", "small_tokens", "acceptance_rate", "judge_auroc")
 
 
-def claim_table(outcome) -> None:
-    print(f"\n{'claim':<34} {'holds':>6}  measured  |  paper")
-    for c in outcome.claims:
-        tag = "" if c.gate else " (control)"
-        print(f"{c.name + tag:<34} {str(c.holds):>6}  {c.measured}  |  {c.paper}")
-    print(f"\nclaims held: {outcome.claims_held}/{outcome.claims_judged}")
-
-
-def variant_table(outcome) -> None:
-    m = {n: v.result.metrics for n, v in outcome.variants.items() if v.result is not None}
-    base = m.get("base_only", {})
-    cols = ["accuracy", "sim_latency_s", "wall_per_problem_s", "base_tokens", "small_tokens", "acceptance_rate",
-            "judge_auroc"]
-    print(f"\n{'variant':<14} " + " ".join(f"{c:>15}" for c in cols) + f" {'sim vs base':>12} {'wall vs base':>13}")
-    for n, x in m.items():
-        ratio = x["sim_latency_s"] / base["sim_latency_s"] if base else float("nan")
-        wratio = x["wall_per_problem_s"] / base["wall_per_problem_s"] if base else float("nan")
-        print(f"{n:<14} " + " ".join(f"{_fmt(x.get(c, float('nan'))):>15}" for c in cols) + f" {ratio:>12.3f} {wratio:>13.3f}")
-
-
-def cached_lms(runs_dir: str, debug: bool) -> dict:
-    """The reasoning LMs from the experiment's prepare cache (trains and caches them if absent)."""
-    from pathlib import Path
-
-    from pipelines import config, dag
-
-    cfg = config.compose(["experiment=specreason", f"debug={str(debug).lower()}", f"runs_dir={runs_dir}"])
-    return dag.prepare_local(dag.validate(cfg), "lms", Path(runs_dir).resolve())[0]
+def tables(out) -> None:
+    base = variant_metrics(out).get("base_only", {})
+    variant_table(out, [*[(c, fig(c, ".4g")) for c in COLS], ("sim vs base", fig_ratio(base, "sim_latency_s")),
+                        ("wall vs base", fig_ratio(base, "wall_per_problem_s"))])
+    claims_table(out)
 
 
 def load_test(lms: dict, n_requests: int, concurrency: int, max_seconds: float) -> None:
@@ -96,16 +68,9 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=40.0)
     a = ap.parse_args()
 
-    from benchmarks._util import run_experiment
-
-    t0 = time.perf_counter()
-    outcome, peak = run_experiment("specreason", f"debug={str(a.debug).lower()}", "cluster.include_dashboard=false",
-                                   runs_dir=a.runs_dir)
-    print(f"SpecReason experiment ({'debug' if a.debug else 'full'}): {time.perf_counter() - t0:.0f} s wall, "
-          f"peak RSS {peak:.0f} MB, prepare cache {outcome.prepare_cache}")
-    variant_table(outcome)
-    claim_table(outcome)
-    load_test(cached_lms(a.runs_dir, a.debug), a.requests, a.concurrency, a.max_seconds)
+    out, _, _ = run_in_store("specreason", a.debug, a.runs_dir)
+    tables(out)
+    load_test(prepared("specreason", "lms", a.runs_dir, a.debug)[0], a.requests, a.concurrency, a.max_seconds)
 
 
 if __name__ == "__main__":

@@ -9,43 +9,32 @@ Run: .venv/bin/python benchmarks/bench_subspace_model_parallel.py [overrides ...
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, per_seed_table, run_isolated  # noqa: E402
+from benchmarks._util import (WALL, claims_table, fig, fig_ratio, fig_se, headline, per_seed_table,  # noqa: E402
+                              run_isolated, variant_metrics, variant_table)
 
-NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("subspace_model_parallel", *overrides)
-    m = {n: (o.result.metrics if o.result else {}) for n, o in out.variants.items()}
-    dn = m.get("dense_fp32", {})
-
-    def ratio(a: float, b: float) -> float:
-        return a / b if b and math.isfinite(b) and not math.isnan(b) else NAN
+    dn = variant_metrics(out).get("dense_fp32", {})
 
     headline("subspace_model_parallel", out, peak, wall)
-    print("| variant | final_val_loss (+-se) | loss / dense | bytes/step | bytes / dense | B/token fwd, bwd "
-          "| sim step 80 Mbps / dense | time-to-dense-loss 80 / dense | time-to-dense-loss 300 / dense "
-          "| steps to dense loss | max boundary rel err | grad rel err | wall_s | peak RSS MB |")
-    print("|" + "---|" * 14)
-    for name, o in out.variants.items():
-        r = m[name]
-        print(f"| {name} | {r.get('final_val_loss', NAN):.4f} +- {r.get('final_val_loss_se', NAN):.4f} "
-              f"| {ratio(r.get('final_val_loss', NAN), dn.get('final_val_loss')):.4f} "
-              f"| {r.get('bytes_per_step', NAN):.0f} | {ratio(r.get('bytes_per_step', NAN), dn.get('bytes_per_step')):.4f} "
-              f"| {r.get('bytes_per_token_fwd', NAN):.0f}, {r.get('bytes_per_token_bwd', NAN):.0f} "
-              f"| {ratio(r.get('sim_step_s_link80', NAN), dn.get('sim_step_s_link80')):.3f} "
-              f"| {ratio(r.get('sim_time_to_target_s_link80', NAN), dn.get('sim_time_to_target_s_link80')):.3f} "
-              f"| {ratio(r.get('sim_time_to_target_s_link300', NAN), dn.get('sim_time_to_target_s_link300')):.3f} "
-              f"| {r.get('steps_to_target', NAN):.0f} "
-              f"| {r.get('max_boundary_rel_err', NAN):.2e} | {r.get('grad_rel_err', NAN):.2e} "
-              f"| {o.wall_s:.0f} | {r.get('peak_rss_mb', NAN):.0f} |")
+    variant_table(out, [
+        ("final_val_loss (+-se)", fig_se("final_val_loss")), ("loss / dense", fig_ratio(dn, "final_val_loss", fmt=".4f")),
+        ("bytes/step", fig("bytes_per_step", ".0f")), ("bytes / dense", fig_ratio(dn, "bytes_per_step", fmt=".4f")),
+        ("B/token fwd, bwd", lambda r, o: f"{fig('bytes_per_token_fwd', '.0f')(r, o)}, {fig('bytes_per_token_bwd', '.0f')(r, o)}"),
+        ("sim step 80 Mbps / dense", fig_ratio(dn, "sim_step_s_link80")),
+        ("time-to-dense-loss 80 / dense", fig_ratio(dn, "sim_time_to_target_s_link80")),
+        ("time-to-dense-loss 300 / dense", fig_ratio(dn, "sim_time_to_target_s_link300")),
+        ("steps to dense loss", fig("steps_to_target", ".0f")),
+        ("max boundary rel err", fig("max_boundary_rel_err", ".2e")), ("grad rel err", fig("grad_rel_err", ".2e")),
+        WALL, ("peak RSS MB", fig("peak_rss_mb", ".0f"))])
     per_seed_table(out, "final_val_loss")
     claims_table(out)
 

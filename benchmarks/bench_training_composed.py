@@ -13,28 +13,23 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from benchmarks._util import claims_table, headline, per_seed_table, ratio_to, run_isolated, variant_metrics  # noqa: E402
+from benchmarks._util import (STATUS, WALL, claims_table, fig, fig_ratio, fig_se, headline, per_seed_table,  # noqa: E402
+                              run_isolated, variant_metrics, variant_table)
 
-NAN = float("nan")
 
 
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("training_composed", *overrides)
-    m = variant_metrics(out)
-    base = m.get("fp32", {})
-    ratio = ratio_to(base)
+    base = variant_metrics(out).get("fp32", {})
 
     headline("training_composed", out, peak, wall)
-    print("| variant | status | final_val_loss (+-se) | / fp32 | fast bytes / fp32 | all bytes / fp32 | sim step / fp32 "
-          "| sim step fault-free / fp32 | throughput loss | overloaded step | down frac | taken micro-batches | wall_s |")
-    print("|" + "---|" * 13)
-    for name, o in out.variants.items():
-        r = m[name]
-        print(f"| {name} | {o.status} | {r.get('final_val_loss', NAN):.4f} +- {r.get('final_val_loss_se', NAN):.4f} "
-              f"| {ratio(r, 'final_val_loss'):.4f} | {ratio(r, 'bytes_fast_per_step'):.4f} | {ratio(r, 'bytes_per_step'):.4f} "
-              f"| {ratio(r, 'sim_step_s'):.3f} | {ratio(r, 'sim_step_s_fault_free', 'sim_step_s'):.3f} "
-              f"| {r.get('throughput_loss', NAN):.3f} | {r.get('overloaded_step_ratio', NAN):.2f} "
-              f"| {r.get('down_frac', NAN):.3f} | {r.get('takeover_microbatches', NAN):.0f} | {o.wall_s:.0f} |")
+    variant_table(out, [
+        STATUS, ("final_val_loss (+-se)", fig_se("final_val_loss")), ("/ fp32", fig_ratio(base, "final_val_loss", fmt=".4f")),
+        ("fast bytes / fp32", fig_ratio(base, "bytes_fast_per_step", fmt=".4f")),
+        ("all bytes / fp32", fig_ratio(base, "bytes_per_step", fmt=".4f")), ("sim step / fp32", fig_ratio(base, "sim_step_s")),
+        ("sim step fault-free / fp32", fig_ratio(base, "sim_step_s_fault_free", "sim_step_s")),
+        ("throughput loss", fig("throughput_loss", ".3f")), ("overloaded step", fig("overloaded_step_ratio", ".2f")),
+        ("down frac", fig("down_frac", ".3f")), ("taken micro-batches", fig("takeover_microbatches", ".0f")), WALL])
     per_seed_table(out, "final_val_loss")
     claims_table(out)
 

@@ -1,0 +1,98 @@
+"""The full-experiment benchmarks print well-formed tables, whatever metrics a run produced.
+
+`make bench` runs these scripts only after hours of experiments, so a broken column (a renamed helper,
+a cell that raises on a missing metric) would show up last. Here each script's ``main`` runs on a fake
+outcome (its baseline with a few metrics, a variant with none) in place of the experiment.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# benchmark -> the variant its ratios divide by
+BASELINES = {"compactfusion": "sync", "context_parallel_compression": "ring_fp32", "diffusion_composed": "sync",
+             "duo": "fp32", "fal": "pre_ln", "mecefo": "fault_free", "subspace_model_parallel": "dense_fp32",
+             "training_composed": "fp32"}
+
+
+# serving benchmarks (their experiment runs into a store whose prepared LMs the load test reuses) -> baseline
+SERVING = {"plan_cache": "always_large", "smartcache": "prefix", "specreason": "base_only"}
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"bench_{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def variant(metrics: dict, status: str = "FINISHED") -> SimpleNamespace:
+    seed = SimpleNamespace(result=SimpleNamespace(metrics=metrics))
+    return SimpleNamespace(status=status, role="baseline", wall_s=12.0, result=SimpleNamespace(metrics=metrics),
+                           seeds={0: seed})
+
+
+def fake_outcome(baseline: str) -> SimpleNamespace:
+    base = {"final_val_loss": 1.5, "final_val_loss_se": 0.01, "psnr_db": 30.0, "bytes_per_step": 4096.0,
+            "sim_step_s": 0.02, "tokens_per_s": 1000.0, "time_ratio_exact": 1.0, "accuracy": 0.8, "cost_s": 2.0,
+            "sim_latency_s": 0.5}
+    claim = SimpleNamespace(name="c", gate=True, skipped=False, holds=True, measured="x.a = 1",
+                            measured_pm="x.a = 1 ± 0.1", premise_measured="")
+    return SimpleNamespace(variants={baseline: variant(base), "other": variant({}, status="FAILED")},
+                           claims=[claim], claims_held=1, claims_judged=1)
+
+
+def tables(text: str) -> list[list[str]]:
+    """Runs of consecutive lines that start with '|'."""
+    out, cur = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            out.append(cur)
+            cur = []
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_full_experiment_benchmark_prints_well_formed_tables(name, monkeypatch, capsys):
+    # Prepare
+    mod = load(name)
+    monkeypatch.setattr(mod, "run_isolated", lambda *a, **k: (fake_outcome(BASELINES[name]), 321.0, 45.0))
+
+    # Execute
+    mod.main([])
+
+    # Assert
+    text = capsys.readouterr().out
+    assert text.startswith(f"## {name} full experiment: 45 s wall, peak memory 321 MB")
+    found = tables(text)
+    assert len(found) >= 2                           # the variant table and the claims table
+    for rows in found:
+        widths = {row.count("|") for row in rows}
+        assert len(widths) == 1, rows                # every row as wide as the header
+        assert set(rows[1].strip("|").split("|")) == {"---"}
+    variant_rows = [r for r in found[0][2:]]
+    assert [r.split("|")[1].strip() for r in variant_rows] == [BASELINES[name], "other"]
+    assert "| c | True | True | x.a = 1 ± 0.1 |" in text   # the claim's ± SE form
+
+
+@pytest.mark.parametrize("name", sorted(SERVING))
+def test_serving_benchmark_prints_well_formed_tables(name, capsys):
+    # Prepare
+    mod = load(name)
+
+    # Execute
+    mod.tables(fake_outcome(SERVING[name]))
+
+    # Assert
+    found = tables(capsys.readouterr().out)
+    assert len(found) == 2
+    for rows in found:
+        assert len({row.count("|") for row in rows}) == 1, rows
+    assert found[0][2].split("|")[1].strip() == SERVING[name]
