@@ -85,7 +85,7 @@ def test_simulated_partitions_stay_within_the_gpu(gpu):
     for seed, rate in [(1, 15.0), (2, 20.0)]:
         reqs = stream(seed, rate, 60)
         for cfg in (SimConfig(system="sis"), SimConfig(system="sis", sis_rule="cost", mu=5.0, deadline_s=0.01),
-                    SimConfig(system="static")):
+                    SimConfig(system="static"), SimConfig(system="mask"), SimConfig(system="mask", static_enc_share=0.7)):
             res = simulate(reqs, gpu, cfg, keep_timeline=True)
             assert all(0 <= s <= gpu.sms and s % gpu.tpc == 0 for _, s in res.timeline)
             assert gpu.sms // 2 < res.peak_sms <= gpu.sms, (cfg.system, cfg.sis_rule, res.peak_sms)
@@ -109,12 +109,31 @@ def test_twsrft_orders_by_remaining_work_with_aging():
 
 def test_every_system_serves_every_request_and_prefills_after_encoding(gpu):
     reqs = stream(2, 10.0, 50)
-    for system, order in [("tm", "fcfs"), ("static", "fcfs"), ("sis", "fcfs"), ("sis", "twsrft")]:
+    for system, order in [("tm", "fcfs"), ("static", "fcfs"), ("mask", "fcfs"), ("sis", "fcfs"), ("sis", "twsrft")]:
         res = simulate(reqs, gpu, SimConfig(system=system, encoder_order=order))
         assert np.all(np.isfinite(res.ttft)) and np.all(np.isfinite(res.tpot)), system
         assert res.tokens == sum(r.out_tokens for r in reqs)
         # the first token comes after the request's last image is encoded
         assert np.all(res.ttft >= res.enc_completion - 1e-12), system
+
+
+def test_released_mask_leaves_the_decoder_unmasked(gpu):
+    # Prepare: one stream, the encoder at the same 30% share as a hard split and as the released code's mask
+    reqs = stream(3, 10.0, 80)
+
+    # Execute
+    split = simulate(reqs, gpu, SimConfig(system="static", encoder_order="fcfs"))
+    mask = simulate(reqs, gpu, SimConfig(system="mask", encoder_order="fcfs"))
+    alone = simulate(reqs[:1], gpu, SimConfig(system="mask", encoder_order="fcfs"))
+    alone_sis = simulate(reqs[:1], gpu, SimConfig(system="sis", encoder_order="fcfs"))
+
+    # Assert: the same encoder share (its kernels never take more than the mask) ...
+    assert mask.enc_sm_share <= 0.3 + 1e-9 and split.enc_sm_share <= 0.3 + 1e-9
+    # ... but the unmasked decoder takes what the encoder leaves: every decode step of a request served
+    # alone runs on the whole GPU (the encoder is done before its prefill), as under SIS with nothing to encode
+    assert alone.tpot[0] == pytest.approx(alone_sis.tpot[0], rel=1e-12)
+    # while the hard split caps the decoder at 70% even with the encoder idle: slower decode under load
+    assert np.mean(mask.tpot) < np.mean(split.tpot)
 
 
 def test_technique_load_curve_and_bad_input():

@@ -7,10 +7,14 @@ Systems (``system``):
   runs inside the step, on the whole GPU, for the not-yet-encoded images that the scheduled chunks
   cover (encoder cache on: each image once; a chunk is cut before an image that would pass the
   encoder budget). Decodes wait for the encoder part of the step.
-- ``sis`` / ``static``: space multiplexing. The encoder is its own process (own stream) beside the
-  decoder engine; a request is prefilled only once all its images are encoded. The decoder's and
-  the encoder's SM counts are set at every decoder step: by SIS (:func:`.scheduling.sis_decoder_sms`)
-  or a fixed split (``static``: the released code's fixed encoder mask, ~30% of SMs). The encoder
+- ``sis`` / ``static`` / ``mask``: space multiplexing. The encoder is its own process (own stream)
+  beside the decoder engine; a request is prefilled only once all its images are encoded. The
+  decoder's and the encoder's SM counts are set at every decoder step: by SIS
+  (:func:`.scheduling.sis_decoder_sms`), or a fixed split (``static``: the encoder's share and the
+  decoder's rest, each capped even while the other idles), or the released code's partition
+  (``mask``: the encoder's stream on a fixed SM mask, the decoder's stream unmasked, so a decoder
+  kernel takes every SM the encoder's kernel does not hold and the whole GPU while the encoder
+  idles; its encoder scheduler is FCFS, one request per step). The encoder
   runs a batch layer by layer and reads its SM count at every layer; while the encoder runs, a
   decoder layer takes (1 + gamma) longer (HBM is shared). Both run kernel by kernel (the encoder
   per ViT layer, the decoder per LLM layer): a kernel keeps its SMs until it ends, and a new kernel
@@ -33,7 +37,7 @@ from components.serving.spaceserve.workload import Request
 
 @dataclass
 class SimConfig:
-    system: str = "sis"              # tm | sis | static
+    system: str = "sis"              # tm | sis | static | mask
     encoder_order: str = "twsrft"    # fcfs | srpt | twsrft (space-multiplexed systems; tm is fcfs)
     window_s: float = 0.03           # TWSRFT window W
     beta: float = 1000.0             # TWSRFT/SRPT aging, ViT tokens of priority per second waited
@@ -41,7 +45,7 @@ class SimConfig:
     sis_rule: str = "eps"            # eps (the sheet's rule) | cost (J = t_dec + mu * max(0, drain - D))
     mu: float = 1.0                  # cost rule: weight of the encoder-backlog penalty
     deadline_s: float = 0.05         # cost rule: D, the backlog drain time tolerated without penalty
-    static_enc_share: float = 0.3    # static: encoder's fixed SM share
+    static_enc_share: float = 0.3    # static, mask: encoder's fixed SM share
     enc_budget: int = 8192           # ViT tokens per encoder batch (= 2048 LLM tokens)
     chunk_tokens: int = 2048         # chunked-prefill token budget per decoder step
     max_batch: int = 256             # requests decoding or prefilling at once
@@ -228,7 +232,7 @@ def _run_tm(env, st: _State, gpu: GPU, cfg: SimConfig, done):
 
 def _run_space(env, st: _State, gpu: GPU, cfg: SimConfig, done, keep_timeline: bool) -> SimResult:
     S = gpu.sms
-    static_enc = gpu.round_sms(cfg.static_enc_share * S) if cfg.system == "static" else None
+    static_enc = gpu.round_sms(cfg.static_enc_share * S) if cfg.system in ("static", "mask") else None
     pending: dict[int, list] = {}          # rid -> [(image index, vit tokens)] not yet in a batch
     enc_wake, dec_wake, part_changed, slice_done = _Signal(env), _Signal(env), _Signal(env), _Signal(env)
     # held: SMs of the encoder kernel in flight; dec_sms: of the decoder step in flight. A kernel keeps
@@ -304,7 +308,9 @@ def _run_space(env, st: _State, gpu: GPU, cfg: SimConfig, done, keep_timeline: b
                 continue
             decodes, prefill, _ = st.build_step(cfg.chunk_tokens, cfg.max_batch)
             shape = st.step_shape(decodes, prefill)
-            if static_enc is not None:
+            if cfg.system == "mask":
+                s_dec = S                      # unmasked: every SM the encoder's kernel does not hold
+            elif static_enc is not None:
                 s_dec = S - static_enc
             elif cfg.sis_rule == "cost":
                 backlog = max(0.0, state["pending_flops"]) + max(0.0, state["inflight_flops"])
@@ -318,7 +324,8 @@ def _run_space(env, st: _State, gpu: GPU, cfg: SimConfig, done, keep_timeline: b
             # free (an encoder kernel launched before the decision keeps its SMs until it ends)
             nbytes, flops = gpu.iter_cost(*shape)
             yield env.timeout(gpu.k_dec)
-            if s_dec == S and state["held"] == 0:  # the encoder has no SM, so none frees or joins mid-step
+            if s_dec == S and state["held"] == 0 and static_enc is None:
+                # the encoder has nothing pending (SIS gave the decoder the whole GPU): none joins mid-step
                 state["dec_sms"] = S
                 state["peak"] = max(state["peak"], S)
                 yield env.timeout(gpu.kernel_time(S, nbytes, flops))

@@ -2,7 +2,8 @@
 load curve of Poisson arrival rates, for one seed.
 
 The system is chosen by params: ``system`` (``tm`` time multiplexing, ``static`` fixed SM split,
-``sis`` the Space-Inference Scheduler) and ``encoder_order`` (``fcfs``, ``srpt``, ``twsrft``);
+``sis`` the Space-Inference Scheduler, ``mask`` the released code's fixed encoder mask beside an
+unmasked decoder) and ``encoder_order`` (``fcfs``, ``srpt``, ``twsrft``);
 SpaceServe is ``sis`` + ``twsrft``. The request stream for rate r depends only on (seed, r), so
 every variant is evaluated on the very same requests and the DAG pairs systems seed by seed.
 
@@ -35,7 +36,7 @@ _GPU_KEYS = {f.name for f in fields(GPU)} - {"name"}
 
 @dataclass
 class SpaceServeParams:
-    system: Literal["tm", "static", "sis"] = "sis"
+    system: Literal["tm", "static", "sis", "mask"] = "sis"   # mask: the released code's partition (sim.py)
     encoder_order: Literal["fcfs", "srpt", "twsrft"] = "fcfs"   # tm always runs its encoder FCFS
     rates: list[float] = field(default_factory=lambda: [1.0, 2.0, 5.0, 10.0, 15.0, 20.0])   # req/s
     rate: float = 10.0                 # the headline rate (the sheet's acceptance rate); one of rates
@@ -46,7 +47,7 @@ class SpaceServeParams:
     sis_rule: Literal["eps", "cost"] = "eps"   # eps: the sheet's rule; cost: its general variant J
     mu: float = 1.0                    # cost rule: weight of the encoder-backlog penalty
     deadline_s: float = 0.05           # cost rule: backlog drain time tolerated without penalty
-    static_enc_share: float = 0.3      # static split: the encoder's SM share
+    static_enc_share: float = 0.3      # static split and mask: the encoder's SM share
     enc_budget: int = 8192             # ViT tokens per encoder batch / per TM step
     chunk_tokens: int = 2048           # chunked prefill
     max_batch: int = 256
