@@ -21,7 +21,6 @@ from benchmarks._util import (NAN, STATUS, WALL, claims_table, fig, fig_ratio, f
                               per_seed_table, run_isolated, variant_metrics, variant_table)
 
 
-
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("context_parallel_compression", *overrides)
     fp = variant_metrics(out).get("ring_fp32", {})

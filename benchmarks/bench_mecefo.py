@@ -18,7 +18,6 @@ from benchmarks._util import (NAN, STATUS, WALL, claims_table, fig, fig_ratio, f
                               run_isolated, variant_metrics, variant_table)
 
 
-
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("mecefo", *overrides)
     m = variant_metrics(out)

@@ -19,7 +19,6 @@ from benchmarks._util import (WALL, claims_table, fig, fig_ratio, fig_se, headli
                               run_isolated, variant_metrics, variant_table)
 
 
-
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("subspace_model_parallel", *overrides)
     dn = variant_metrics(out).get("dense_fp32", {})

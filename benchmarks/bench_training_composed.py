@@ -17,7 +17,6 @@ from benchmarks._util import (STATUS, WALL, claims_table, fig, fig_ratio, fig_se
                               run_isolated, variant_metrics, variant_table)
 
 
-
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("training_composed", *overrides)
     base = variant_metrics(out).get("fp32", {})
