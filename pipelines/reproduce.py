@@ -167,11 +167,14 @@ def _matches(run, job: Job, flavour: str) -> bool:
     return same and not off_board(run, flavour)
 
 
-def judge(jobs: list[Job], client, flavour: str, force: bool) -> None:
-    """Fill each job's latest run, last wall time and why it runs ([] = current)."""
+def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | None = None) -> None:
+    """Fill each job's latest run, last wall time and why it runs ([] = current). ``recorded``: the
+    inputs the RESULTS.md being written records ({experiment: inputs}); an experiment with no run in
+    the store is current when they are this checkout's (RESULTS.md carries its section: a fresh clone
+    re-runs what changed, not the whole board)."""
     from components.core.runs_query import parent_history
     from pipelines.inputs import ARTIFACT, HASH_TAG, Inputs, changed, unrecorded
-    from pipelines.results_md import _wall
+    from pipelines.results_md import _wall, recorded_changes
     from pipelines.scoreboard import _Artifacts
 
     known = {e.name for e in client.search_experiments()}
@@ -183,7 +186,10 @@ def judge(jobs: list[Job], client, flavour: str, force: bool) -> None:
         job.latest = runs[0] if runs else None
         job.last_wall_s = _wall(runs[0]) if runs else None
         if job.latest is None:
-            job.why = ["never run"]
+            rec = (recorded or {}).get(job.experiment) if not job.label else None
+            job.why = ["never run"] if rec is None or recorded_changes(rec, job.inputs) else []
+            if not job.why:
+                job.note = "recorded in RESULTS.md; the run is not in this store"
         elif job.latest.data.tags.get(HASH_TAG) == job.inputs.digest:
             job.why = []
         elif not job.latest.data.tags.get(HASH_TAG):
@@ -308,8 +314,8 @@ def check(path: str, console) -> int:
     """`--check`: compare the inputs RESULTS.md records with this checkout's; 0 current, 1 stale."""
     from components.core.errors import ConfigError
     from pipelines import config
-    from pipelines.inputs import Inputs, changed, of_config
-    from pipelines.results_md import read_inputs
+    from pipelines.inputs import of_config
+    from pipelines.results_md import read_inputs, recorded_changes
 
     try:
         text = Path(path).read_text()
@@ -328,7 +334,7 @@ def check(path: str, console) -> int:
         except ConfigError as e:
             stale[exp] = [f"config no longer validates: {e}"]
             continue
-        why = changed(Inputs.from_json(rec), now)
+        why = recorded_changes(rec, now)
         if why:
             stale[exp] = why
     missing = [n for n in names if n not in {k.split("/")[0] for k in recorded}]
@@ -342,15 +348,27 @@ def check(path: str, console) -> int:
     return 1 if stale else 0
 
 
+def _recorded(path: Path, flavour: str) -> dict:
+    """{experiment: inputs} that the RESULTS.md at ``path`` records for this flavour ({} without one)."""
+    from pipelines.results_md import read_inputs
+
+    try:
+        file_flavour, recorded = read_inputs(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return recorded if file_flavour == flavour else {}
+
+
 def _file_current(path: Path, jobs: list[Job]) -> bool:
     """Whether RESULTS.md at ``path`` already records every one of these experiments' current inputs."""
-    from pipelines.results_md import read_inputs
+    from pipelines.results_md import read_inputs, recorded_changes
 
     try:
         _, recorded = read_inputs(path.read_text())
     except (OSError, ValueError):
         return False
-    return all(recorded.get(j.experiment, {}).get("digest") == j.inputs.digest for j in jobs if not j.label)
+    return all(j.experiment in recorded and not recorded_changes(recorded[j.experiment], j.inputs)
+               for j in jobs if not j.label)
 
 
 def results_path(opts: dict[str, Any], runs_dir: str) -> Path:
@@ -385,7 +403,7 @@ def cmd_reproduce(args: list[str]) -> None:
     except ConfigError as e:
         _die(str(e))
     client = tracking_client(uri)
-    judge(jobs, client, opts["flavour"], opts["force"])
+    judge(jobs, client, opts["flavour"], opts["force"], _recorded(results_path(opts, cfg["runs_dir"]), opts["flavour"]))
     todo = [j for j in jobs if j.why]
     console.print(f"dtlab reproduce: {len(jobs)} configuration(s) · {len(todo)} to run · "
                   f"{len(jobs) - len(todo)} current (checked in {time.time() - t0:.1f}s) · store {uri}")

@@ -9,7 +9,12 @@ paper's figure, the measured figure labelled by name, status, premise; plots as 
 and family README) and, at the end, each experiment's recorded inputs, so that
 `dtlab reproduce --check` tells from the file alone whether it is current for a checkout.
 
-Nothing in it depends on when it is generated: the same store gives the same bytes.
+Nothing in it depends on when it is generated: the same store and the same file being overwritten
+give the same bytes. An experiment without a board run in the store is CARRIED from the RESULTS.md
+being overwritten (same path, same flavour) when the inputs that file records for it are this
+checkout's (the comparison `--check` makes): its row and section are kept as they were, marked
+carried, and count in the header and summary; a run in the store always wins, and changed inputs
+are never carried (so a fresh clone that re-runs one experiment keeps the rest of the board).
 """
 from __future__ import annotations
 
@@ -27,6 +32,9 @@ BEGIN, END = "<!-- dtlab-inputs:begin -->", "<!-- dtlab-inputs:end -->"
 HEADLINE_CHARS = 110
 STATUS_COLUMNS = ("holds", "fails", "premise not met", "inconclusive")
 KEPT = ("holds", "premise not met", "inconclusive")   # a perturbation keeps a claim unless the claim fails under it
+CARRIED = "carried from the previous RESULTS.md: this run is not in the current store; its inputs are unchanged"
+ROW_CARRIED = "(carried)"
+SECTION_END = "<details><summary>Recorded inputs"
 
 
 def _md(text: Any) -> str:
@@ -88,9 +96,11 @@ def _links(exp: str, family: str, base: Path) -> list[tuple[str, str]]:
 
 
 def build(client, flavour: str = "full", experiments: list[str] | None = None, current=None,
-          plots_dir: Path | None = None, base: Path = ROOT) -> dict[str, Any]:
+          plots_dir: Path | None = None, base: Path = ROOT, previous: str | None = None) -> dict[str, Any]:
     """The file's content as data: header, one entry per experiment, recorded inputs. With
-    ``plots_dir``, each board run's plots are copied there (the file links them relative to ``base``)."""
+    ``plots_dir``, each board run's plots are copied there (the file links them relative to ``base``).
+    ``previous``: the text of the RESULTS.md being overwritten, whose current experiments without a
+    board run in the store are carried (:func:`_carry`)."""
     from pipelines import scoreboard as sb
 
     rows, latest = sb.collect(client, experiments=experiments, flavour=flavour, current=current)
@@ -128,11 +138,13 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
             if plots_dir is not None:
                 entry["plots"] = _copy_plots(client, run.info.run_id, plots_dir / exp, base)
         out["experiments"].append(entry)
+    if previous:
+        _carry(out, previous, current or (lambda e: sb.current_inputs(e, flavour)))
     ran = [e for e in out["experiments"] if e["run_id"]]
     out["code_versions"] = sorted({e["code_version"] for e in ran})
     out["robustness_code_versions"] = sorted({r["code_version"] for e in ran for r in e["robustness"]["runs"].values()})
     out["dates"] = sorted(e["date"] for e in ran)
-    out["machines"] = sorted({e["machine"] for e in ran if e["machine"]})
+    out["machines"] = sorted({e["machine"] for e in ran if e["machine"]} | {m for e in ran for m in e.get("machines", ())})
     out["total_wall_s"] = sum(e["wall_s"] or 0.0 for e in ran)
     versions = sorted({i.get("version", "") for i in out["inputs"].values()})
     out["dtlab_versions"] = versions
@@ -166,6 +178,158 @@ def _copy_plots(client, run_id: str, folder: Path, base: Path) -> list[tuple[str
     return out
 
 
+# ------------------------------------------------------------------------------------------ carry
+def recorded_changes(recorded: dict[str, Any], now) -> list[str]:
+    """Why the inputs a RESULTS.md records for an experiment are not ``now`` ([] when they are): the
+    comparison `dtlab reproduce --check` makes, and the one that decides what is carried."""
+    from pipelines.inputs import Inputs, changed
+
+    return changed(Inputs.from_json(recorded), now)
+
+
+def _carry(model: dict[str, Any], previous: str, current) -> None:
+    """Fill, from the file being overwritten, each experiment of ``model`` with no board run whose
+    inputs that file records as ``current(experiment)`` (same flavour only); others stay as they are."""
+    old = _old_board(previous, model["flavour"])
+    machines = _old_machines(previous) if old else []
+    for e in model["experiments"]:
+        o = old.get(e["name"])
+        if e["run_id"] or o is None:
+            continue
+        now = current(e["name"])
+        if now is None or recorded_changes(o["inputs"], now):
+            continue
+        e.update(_carried_entry(e["name"], o, machines))
+        model["inputs"][e["name"]] = o["inputs"]
+
+
+def _old_board(text: str, flavour: str) -> dict[str, dict[str, Any]]:
+    """{experiment: its row, section lines and recorded inputs} for each experiment the file shows
+    with a run; {} for a file of another flavour or one dtlab reproduce did not write."""
+    try:
+        old_flavour, recorded = read_inputs(text)
+    except ValueError:
+        return {}
+    if old_flavour != flavour:
+        return {}
+    rows, sections = _old_rows(text), _old_sections(text)
+    return {name: {"row": rows[name], "section": sections[name], "inputs": rec} for name, rec in recorded.items()
+            if name in rows and len(_cells(rows[name])) == 7 + len(STATUS_COLUMNS)
+            and name in sections and _parse_run_line(_run_line(sections[name]) or "") is not None}
+
+
+def _old_rows(text: str) -> dict[str, str]:
+    """{experiment: its summary-table row}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"\| \[([^\]]+)\]\(#", line)
+        if m:
+            out.setdefault(m.group(1), line)
+    return out
+
+
+def _old_sections(text: str) -> dict[str, list[str]]:
+    """{experiment: its section's lines, heading to the blank line before the next heading}."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("## ") and line != "## Summary"]
+    end = next((i for i, line in enumerate(lines) if line.startswith(SECTION_END)), len(lines))
+    out = {}
+    for i, start in enumerate(starts):
+        stop = starts[i + 1] if i + 1 < len(starts) else end
+        out.setdefault(lines[start][3:].strip(), lines[start:stop])
+    return out
+
+
+def _old_machines(text: str) -> list[str]:
+    """The machines the file's header names. The file names them for the whole board, not per
+    experiment, so a carried experiment is credited with all of them (exact when there is one)."""
+    m = re.search(r"^- \*\*Machine:\*\* (.*)$", text, re.M)
+    return [] if not m or m.group(1) == "not recorded" else m.group(1).split("; ")
+
+
+def _run_line(section: list[str]) -> str | None:
+    return next((line for line in section if line.startswith("Run `")), None)
+
+
+def _parse_run_line(line: str) -> dict[str, str] | None:
+    """Run name, id, code version and date from "Run `name` (`id`) · code X · YYYY-MM-DD HH:MM UTC · wall ..."."""
+    m = re.match(r"Run `(?P<run_name>[^`]*)` \(`(?P<run_id>[^`]*)`\) · code (?P<code_version>\S*) · "
+                 r"(?P<date>\d{4}-\d{2}-\d{2} \d{2}:\d{2}) UTC", line)
+    return m.groupdict() if m else None
+
+
+def _parse_robustness_runs(section: list[str]) -> dict[str, dict[str, Any]]:
+    """{perturbation: code version, date, run_failed} from the section's "Robustness runs:" line."""
+    line = next((x for x in section if x.startswith("Robustness runs: ")), "")
+    return {m["label"]: {"code_version": m["code"], "date": m["date"], "run_failed": bool(m["failed"])}
+            for m in re.finditer(r"(?P<label>\S+) \(code (?P<code>[^,]*), (?P<date>[^,)]*) UTC(?P<failed>, run FAILED)?\)",
+                                 line[len("Robustness runs: "):])}
+
+
+def _parse_duration(text: str) -> float | None:
+    """Seconds from what :func:`_duration` writes ("17m36s", "3h54m"); None for "–"."""
+    m = re.fullmatch(r"(?:(\d+)h(\d+)m|(\d+)m(\d+)s)", text.strip())
+    if not m:
+        return None
+    h, hm, m_, s = (int(g) if g else 0 for g in m.groups())
+    return float(h * 3600 + hm * 60 + m_ * 60 + s)
+
+
+def _parse_fraction(text: str) -> tuple[int, int]:
+    """(k, n) from "k/n"; (0, 0) for "–"."""
+    m = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _cells(row: str) -> list[str]:
+    """A markdown table row's cells, pipes and line breaks unescaped."""
+    return [c.strip().replace("\\|", "|").replace("<br>", "\n") for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+
+
+def _parse_row(row: str) -> dict[str, Any]:
+    """Headline, counts by status, accounting, robustness k/n, wall and peak memory from a summary row."""
+    cells = _cells(row)
+    ours = re.fullmatch(r"(.*?) ?\(([^()]*)\)", cells[2], re.S)
+    n = len(STATUS_COLUMNS)
+    held, judged = _parse_fraction(cells[3 + n])
+    peak = re.fullmatch(r"([\d.]+) MB", cells[6 + n])
+    return {"headline": {"claim": "", "paper": cells[1], "ours": ours.group(1) if ours else cells[2],
+                         "status": ours.group(2) if ours else ""},
+            "counts": {s: int(c) if c.isdigit() else 0 for s, c in zip(STATUS_COLUMNS, cells[3:3 + n])},
+            "accounting": {"held": held, "judged": judged}, "robustness_kn": _parse_fraction(cells[4 + n]),
+            "wall_s": _parse_duration(cells[5 + n]), "peak_mb": float(peak.group(1)) if peak else None}
+
+
+def _carried_entry(name: str, old: dict[str, Any], machines: list[str]) -> dict[str, Any]:
+    """The model's fields of a carried experiment (what the header and summary count), its row and
+    section as the old file has them with one carried mark."""
+    run, row = _parse_run_line(_run_line(old["section"]) or ""), _parse_row(old["row"])
+    runs = _parse_robustness_runs(old["section"])
+    k, n = row.pop("robustness_kn")
+    return {**run, **row, "stale": [], "machine": "", "machines": machines, "claims": [], "plots": [],
+            "robustness": {"k": k, "n": n, "kept": None, "labels": sorted(runs), "runs": runs},
+            "carried": {"row": _mark_row(name, old["row"]), "section": _mark_section(old["section"])}}
+
+
+def _mark_row(name: str, row: str) -> str:
+    """The row with its name cell marked carried (once; a stale mark dropped: its inputs are current)."""
+    return re.sub(r"^\| \[[^\]]*\]\(#[^)]*\)(?: \((?:stale|carried)\))* \|",
+                  lambda _: f"| [{name}](#{_anchor(name)}) {ROW_CARRIED} |", row, count=1)
+
+
+def _mark_section(section: list[str]) -> list[str]:
+    """The section with its run line marked carried (once) and any stale note dropped."""
+    out = []
+    for line in section:
+        if line.startswith("**Stale**: "):
+            continue
+        if line.startswith("Run `"):
+            line = line.replace(f" · {CARRIED}", "") + f" · {CARRIED}"
+        if not (line == "" and out and out[-1] == ""):
+            out.append(line)
+    return out
+
+
 # ------------------------------------------------------------------------------------------ render
 def render(model: dict[str, Any]) -> str:
     """RESULTS.md's text (deterministic: the model only)."""
@@ -176,6 +340,7 @@ def render(model: dict[str, Any]) -> str:
                   "generated to test `dtlab reproduce`; claims are expected to fail. The board is the full flavour.", ""]
     exps = model["experiments"]
     ran = [e for e in exps if e["run_id"]]
+    carried = sum(bool(e.get("carried")) for e in exps)
     dates = model["dates"]
     lines += ["Generated by `dtlab reproduce` from the runs store; never edit by hand. "
               "`dtlab reproduce --check` says whether it is current for your checkout.", "",
@@ -184,7 +349,9 @@ def render(model: dict[str, Any]) -> str:
               + (f"; robustness runs: {', '.join(model['robustness_code_versions'])}"
                  if model.get("robustness_code_versions") else ""),
               f"- **Runs:** {dates[0] + ' to ' + dates[-1] + ' UTC' if dates else 'none'} · "
-              f"{len(ran)} of {len(exps)} experiments · flavour {model['flavour']}",
+              f"{len(ran)} of {len(exps)} experiments"
+              + (f" ({carried} carried from the previous RESULTS.md)" if carried else "")
+              + f" · flavour {model['flavour']}",
               f"- **Machine:** {'; '.join(model['machines']) or 'not recorded'}",
               f"- **Total wall time:** {_duration(model['total_wall_s'])}", ""]
     emp = {s: sum(e["counts"].get(s, 0) for e in ran) for s in dict.fromkeys(
@@ -200,6 +367,9 @@ def render(model: dict[str, Any]) -> str:
               "|---|---|---|" + "---:|" * len(STATUS_COLUMNS) + "---:|---:|---:|---:|"]
     for e in exps:
         name = f"[{e['name']}](#{_anchor(e['name'])})" + (" (stale)" if e["stale"] else "")
+        if e.get("carried"):
+            lines.append(e["carried"]["row"])
+            continue
         if not e["run_id"]:
             lines.append(f"| {name} | not run |  |" + " |" * len(STATUS_COLUMNS) + "  |  |  |  |")
             continue
@@ -214,7 +384,7 @@ def render(model: dict[str, Any]) -> str:
               "robustness k/n: of n perturbations run, k under which no gated claim holding in the tuned run "
               "fails; peak memory: the run's process tree (driver and its Ray processes), sampled every 0.5 s.", ""]
     for e in exps:
-        lines += _section(e)
+        lines += e["carried"]["section"] if e.get("carried") else _section(e)
     lines += _inputs_block(model)
     return "\n".join(lines) + "\n"
 
@@ -280,7 +450,8 @@ def read_inputs(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
 
 
 def summary_html(model: dict[str, Any]) -> str:
-    """The summary table as HTML, for runs/reports/scoreboard.html."""
+    """The summary table as HTML, for runs/reports/scoreboard.html: the experiments RESULTS.md shows
+    with a run, carried ones included (marked "(carried)"; their figures as the old row had them)."""
     import html
 
     e_ = html.escape
@@ -292,7 +463,8 @@ def summary_html(model: dict[str, Any]) -> str:
             continue
         h = e["headline"] or {}
         peak = f"{e['peak_mb']:.0f} MB" if isinstance(e["peak_mb"], (int, float)) else "–"
-        rows.append(f"<tr><td>{e_(e['name'])}{' (stale)' if e['stale'] else ''}</td><td>{e_(_short(h.get('paper', '')))}</td>"
+        mark = f" {ROW_CARRIED}" if e.get("carried") else " (stale)" if e["stale"] else ""
+        rows.append(f"<tr><td>{e_(e['name'])}{mark}</td><td>{e_(_short(h.get('paper', '')))}</td>"
                     f"<td>{e_(h.get('ours', ''))} ({e_(h.get('status', ''))})</td>"
                     + "".join(f"<td>{e['counts'].get(s, 0)}</td>" for s in STATUS_COLUMNS)
                     + f"<td>{e['accounting']['held']}/{e['accounting']['judged']}</td>"
@@ -303,9 +475,12 @@ def summary_html(model: dict[str, Any]) -> str:
 
 
 def write(client, path: Path, flavour: str = "full", current=None) -> dict[str, Any]:
-    """Build and write RESULTS.md at ``path`` (its plots under ``results/`` beside it); the model."""
+    """Build and write RESULTS.md at ``path`` (its plots under ``results/`` beside it); the model. A
+    RESULTS.md already at ``path`` is the previous file current experiments are carried from."""
     path = Path(path)
-    model = build(client, flavour, current=current, plots_dir=path.parent / "results" / "plots", base=path.parent)
+    previous = path.read_text() if path.is_file() else None
+    model = build(client, flavour, current=current, plots_dir=path.parent / "results" / "plots", base=path.parent,
+                  previous=previous)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(model))
     return model

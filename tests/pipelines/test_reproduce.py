@@ -109,6 +109,83 @@ def test_check_passes_for_current_inputs_and_names_a_changed_file(client, tmp_pa
     assert f"stale {EXP}: components/core/probe.py" in out and "0/1 recorded experiment(s) current" in out
 
 
+def _header_and_summary(text: str) -> list[str]:
+    """The header's and summary line's aggregates (code versions, dates, machine, wall, counts)."""
+    return [line for line in text.splitlines() if line.startswith(("- **", "**"))]
+
+
+def _old_results(client, tmp_path, probe_inputs):
+    """A RESULTS.md written from a store with the board run, and an empty store (a fresh clone's)."""
+    _store(client, probe_inputs)
+    path = tmp_path / "RESULTS.md"
+    results_md.write(client, path, current={EXP: probe_inputs}.get)
+    return path, path.read_text(), MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/empty.db")
+
+
+def test_a_current_section_is_carried_into_a_file_written_from_a_store_without_it(client, tmp_path, probe_inputs):
+    # Prepare: the file as a committed board leaves it; a store that lacks its run
+    path, old, empty = _old_results(client, tmp_path, probe_inputs)
+    # Execute: re-write it from the empty store, the inputs unchanged
+    model = results_md.write(empty, path, current={EXP: probe_inputs}.get)
+    text = path.read_text()
+    # Assert: the section kept with one mark, the row marked, the counts as before, the inputs still recorded
+    old_section = old.split(f"## {EXP}\n", 1)[1].split("\n## ", 1)[0].split("<details>", 1)[0]
+    new_section = text.split(f"## {EXP}\n", 1)[1].split("\n## ", 1)[0].split("<details>", 1)[0]
+    assert new_section.count(results_md.CARRIED) == 1 and text.count(results_md.CARRIED) == 1
+    assert new_section.replace(f" · {results_md.CARRIED}", "") == old_section
+    assert text.count(f"[{EXP}](#{EXP}) (carried) |") == 1 and "0/1 |" in text
+    assert _header_and_summary(text) == [line.replace("experiments ·", "experiments (1 carried from the previous "
+                                                      "RESULTS.md) ·") for line in _header_and_summary(old)]
+    assert "**1 gated claims judged: 1 holds · 0 fails" in text and "2 cores · 8 GiB · no GPU" in text
+    assert results_md.read_inputs(text) == results_md.read_inputs(old)
+    (entry,) = [e for e in model["experiments"] if e["name"] == EXP]
+    assert entry["counts"]["holds"] == 1 and entry["carried"]
+
+
+@pytest.mark.parametrize("change", ["inputs", "flavour"])
+def test_a_section_whose_inputs_changed_or_of_another_flavour_is_not_carried(client, tmp_path, probe_inputs, change):
+    # Prepare: the old file; this checkout's inputs differ in one file (or a debug board is written over it)
+    path, old, empty = _old_results(client, tmp_path, probe_inputs)
+    moved = Inputs("f" * 16, probe_inputs.config, probe_inputs.version,
+                   dict(probe_inputs.files, **{"components/core/probe.py": "1" * 16}))
+    # Execute
+    results_md.write(empty, path, "full" if change == "inputs" else "debug",
+                     current={EXP: moved if change == "inputs" else probe_inputs}.get)
+    text = path.read_text()
+    # Assert: not run, nothing carried, no recorded inputs
+    assert "carried" not in text and f"## {EXP}\n\nNot run." in text
+    assert "0 of " in text and "**0 gated claims judged" in text
+    assert EXP not in results_md.read_inputs(text)[1]
+
+
+def test_writing_a_carried_file_again_gives_the_same_bytes(client, tmp_path, probe_inputs):
+    # Prepare: the old file, carried once
+    path, _, empty = _old_results(client, tmp_path, probe_inputs)
+    results_md.write(empty, path, current={EXP: probe_inputs}.get)
+    first = path.read_bytes()
+    # Execute: again from the same store
+    results_md.write(empty, path, current={EXP: probe_inputs}.get)
+    # Assert: byte for byte, still one mark each
+    text = path.read_text()
+    assert path.read_bytes() == first
+    assert text.count(results_md.CARRIED) == 1 and text.count("(carried)") == 1
+
+
+def test_a_run_in_the_store_replaces_the_carried_section(client, tmp_path, probe_inputs):
+    # Prepare: the old file, carried once; then a new store with a newer board run (another commit)
+    path, _, empty = _old_results(client, tmp_path, probe_inputs)
+    results_md.write(empty, path, current={EXP: probe_inputs}.get)
+    fresh = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/fresh.db")
+    fake_parent(fresh, EXP, "cccc" * 10, _claims(False), minute=5, inputs=probe_inputs.to_json(),
+                extra={"dtlab.flavour": "full"})
+    # Execute
+    results_md.write(fresh, path, current={EXP: probe_inputs}.get)
+    text = path.read_text()
+    # Assert: the store's run, not the carried one
+    assert "carried" not in text and "code cccccccccc" in text and "code aaaaaaaaaa" not in text
+    assert "**1 gated claims judged: 0 holds · 1 fails" in text
+
+
 def test_judge_skips_current_runs_and_names_what_changed(client, probe_inputs):
     # Prepare: the board run has this checkout's inputs; a job whose inputs differ in one file
     _store(client, probe_inputs)
@@ -126,6 +203,20 @@ def test_judge_skips_current_runs_and_names_what_changed(client, probe_inputs):
     assert [j.state for j in jobs] == ["current", "queued", "queued"]
     assert forced[0].why == ["--force"]
 
+
+def test_an_experiment_results_md_records_with_current_inputs_is_current_without_a_store_run(client, probe_inputs):
+    # Prepare: an empty store (a fresh clone); RESULTS.md records this checkout's inputs for EXP
+    recorded = {EXP: probe_inputs.to_json()}
+    moved = Inputs("f" * 16, probe_inputs.config, probe_inputs.version,
+                   dict(probe_inputs.files, **{"components/core/probe.py": "1" * 16}))
+    jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs),
+            reproduce.Job(EXP, "", [f"experiment={EXP}"], moved),
+            reproduce.Job(EXP, "c_crashes", [], probe_inputs)]
+    # Execute
+    reproduce.judge(jobs, client, "full", force=False, recorded=recorded)
+    # Assert: current and said why; a changed file runs; a perturbation (not recorded in the file) runs
+    assert [j.why for j in jobs] == [[], ["never run"], ["never run"]]
+    assert "RESULTS.md" in jobs[0].note and not jobs[1].note
 
 @pytest.mark.parametrize("tags, why", [
     ({}, "inputs not recorded (a run from before input hashes)"),
@@ -214,7 +305,9 @@ def test_eta_adds_the_last_wall_times_of_what_is_left():
 
 def test_cli_dry_run_lists_what_would_run_and_why(tmp_path):
     # Execute
+    # (--results: a board of its own, so the committed RESULTS.md's recorded inputs do not make EXP current)
     r = subprocess.run([sys.executable, "-m", "pipelines.cli", "reproduce", f"experiment={EXP}", "--dry-run",
+                        "--results", str(tmp_path / "RESULTS.md"),
                         f"runs_dir={tmp_path}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300, env=dtlab_env())
     # Assert
@@ -230,7 +323,8 @@ def test_a_dirty_checkout_is_named_before_anything_runs(tmp_path, monkeypatch, c
     monkeypatch.setattr(provenance, "git_state", lambda: {"git.commit": "c0ffee", "git.dirty": dirty})
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     # Execute
-    reproduce.cmd_reproduce([f"experiment={EXP}", "--dry-run", f"runs_dir={tmp_path}"])
+    reproduce.cmd_reproduce([f"experiment={EXP}", "--dry-run", "--results", str(tmp_path / "RESULTS.md"),
+                             f"runs_dir={tmp_path}"])
     # Assert: a warning exactly when the tree is dirty, and still the plan
     out = " ".join(capsys.readouterr().out.split())
     assert ("uncommitted changes" in out) == (dirty == "true") and f"run {EXP}: never run" in out

@@ -56,3 +56,6 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
         assert mlflow_client.get_run(o.run_id).info.status == "FINISHED"
     judged = {c.name: c for c in out.claims}
     assert all(not c.error and not c.skipped for c in judged.values()), [(c.name, c.error) for c in out.claims]
+    # the composed variant's first 20 steps (the failure at step 5 among them) on Ray Train, bit for bit
+    assert out.variants["composed"].result.metrics["ray_check_bitwise"] == 1.0
+    assert judged["in_process_ranks_equal_ray_train"].holds is True

@@ -1,5 +1,6 @@
 """DDP communication hooks for every gradient codec, each counting the bytes it really put on the wire
-and timing its gloo collective.
+and timing its collective (gloo across processes, or the in-process ranks' :mod:`world
+<components.training.ddp.world>`: ``state.group``).
 
 A hook receives the DDP bucket's flat buffer of *local* gradients and returns a future holding the
 averaged gradient DDP writes back to ``param.grad``:
@@ -16,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 
 from components.compression.torch_codecs import TorchCodec
+from components.training.ddp import world as comm
 
 
 @dataclass
@@ -51,9 +52,9 @@ class AllreduceState:
 
 def allreduce_hook(state: AllreduceState, bucket) -> torch.futures.Future[torch.Tensor]:
     buf = bucket.buffer()
-    world = dist.get_world_size(state.group)
+    world = comm.world_size(state.group)
     t0 = time.perf_counter()
-    dist.all_reduce(buf, group=state.group)
+    comm.all_reduce(buf, group=state.group)
     state.stats.add(buf.numel() * buf.element_size(), time.perf_counter() - t0)
     return _done(buf.div_(world))
 
@@ -87,10 +88,10 @@ def codec_hook(state: CodecState, bucket) -> torch.futures.Future[torch.Tensor]:
     if payload.numel() == 0:  # 0-bit: nothing is sent, the fast update is zero
         state.stats.add(0, 0.0, collectives=0)
         return _done(torch.zeros_like(g))
-    world = dist.get_world_size(state.group)
+    world = comm.world_size(state.group)
     gathered = [torch.empty_like(payload) for _ in range(world)]
     t0 = time.perf_counter()
-    dist.all_gather(gathered, payload, group=state.group)
+    comm.all_gather(gathered, payload, group=state.group)
     state.stats.add(payload.numel(), time.perf_counter() - t0)
     mean = torch.stack([state.codec.decode(p, n) for p in gathered]).mean(dim=0)
     return _done(mean.to(g.dtype))

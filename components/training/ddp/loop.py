@@ -1,6 +1,8 @@
-"""The Ray Train worker loop: a char-level GPT trained with DDP on gloo, one strategy per method,
-any registered block (``cfg["block"]``), and optionally MeCeFO's neighbour takeover through a failure
-schedule (``cfg["takeover"]``, :mod:`components.training.ddp.takeover`).
+"""The data-parallel rank loop: a char-level GPT trained with DDP, one strategy per method, any
+registered block (``cfg["block"]``), and optionally MeCeFO's neighbour takeover through a failure
+schedule (``cfg["takeover"]``, :mod:`components.training.ddp.takeover`). The same loop runs on a Ray
+Train gloo worker (:func:`train_worker`) or as an in-process rank thread (:func:`train_in_process`,
+:mod:`components.training.ddp.world`).
 
 One TorchTrainer run trains one seed of a variant (``cfg["seed"]``; the DAG runs the seeds). Each
 rank samples its own batches (seeded by seed and rank, identical across methods); rank 0 evaluates
@@ -23,16 +25,27 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 
 import numpy as np
+
+_BUILD = threading.Lock()   # in-process ranks build their replicas one at a time (torch's global seed)
+
+
+class RankCrashed(RuntimeError):
+    """``fail_at`` on an in-process rank: the thread's stand-in for a worker process exiting."""
 
 
 def _median(xs: list[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
 
-def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
+def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None, process_group=None) -> dict:
+    """One rank's training run. ``group``/``process_group``: an in-process rank's collective handle and
+    its one-rank DDP group (:func:`components.training.ddp.world.run_ranks`); None on a gloo worker.
+    ``check_steps`` (K): rank 0 also returns the weights at the start of step K (``check_weights``) and
+    its first K losses; ``stop_after`` (K): the run ends there (the real-worker prefix of a check)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -42,12 +55,13 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     from components.training.ddp.strategies import flatten_params
     from components.training.ddp.takeover import Takeover, TakeoverSpec
 
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=cfg["vocab_size"], block=cfg.get("block", "pre_ln"), **cfg["model"]))
+    with _BUILD:
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=cfg["vocab_size"], block=cfg.get("block", "pre_ln"), **cfg["model"]))
     flat = flatten_params(model)
     ctx_len = cfg["model"]["context"]
-    ddp = DDP(model, bucket_cap_mb=cfg["ddp_bucket_mb"])
-    strat = cfg["strategy"](ddp, {**cfg, "seed": seed}, flat)  # a registered ddp_strategy class
+    ddp = DDP(model, bucket_cap_mb=cfg["ddp_bucket_mb"], process_group=process_group)
+    strat = cfg["strategy"](ddp, {**cfg, "seed": seed}, flat, group)  # a registered ddp_strategy class
     strat.attach()
     rng = np.random.default_rng(seed * 10_007 + rank)
     steps, fail = cfg["steps"], cfg.get("fail_at")
@@ -57,13 +71,21 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     fwd_w, bwd_w, opt_w = [], [], []                  # wall seconds per phase (collectives and waits out)
     val_steps, val_loss, train_loss = [], [], []
     train_s = 0.0
+    check_at = cfg.get("stop_after") or cfg.get("check_steps") or 0
+    check_weights = None
 
     def evaluate():
         return evaluate_loss(model, val, ctx_len, cfg["eval_batch"], cfg["eval_batches"], seed=12345)
 
     for step in range(steps):
         if fail and rank == fail[0] and step == fail[1]:
+            if group is not None:
+                raise RankCrashed(f"simulated crash of rank {rank} at step {step} (fail_at)")
             os._exit(3)  # simulated worker crash (tests): the run must end FAILED, not hang
+        if check_at and step == check_at:
+            check_weights = flat.detach().clone()
+            if cfg.get("stop_after"):
+                break
         if rank == 0 and cfg["eval_every"] and step % cfg["eval_every"] == 0:
             val_steps.append(step)
             val_loss.append(evaluate())
@@ -106,8 +128,12 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
            "n_params": sum(p.numel() for p in model.parameters()),
            "paths": {k: vars(v).copy() for k, v in strat.paths.items()},
            "exposed_slow_s": strat.exposed_s, "takes": tk.takes if tk else 0,
-           "take_cost_ratio": tk.cost_ratio(ddp, train, cfg["batch"], ctx_len) if tk else 1.0}
-    if rank == 0:
+           "take_cost_ratio": tk.cost_ratio(ddp, train, cfg["batch"], ctx_len) if tk and not cfg.get("stop_after") else 1.0}
+    if rank == 0 and check_weights is not None:
+        out.update(check_weights=check_weights.tolist(), check_train_loss=train_loss[:check_at])
+    if rank == 0 and cfg.get("stop_after"):
+        out.update(train_loss=train_loss)
+    elif rank == 0:
         if cfg["eval_every"]:
             val_steps.append(steps)
             val_loss.append(evaluate())
@@ -117,6 +143,16 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int) -> dict:
     # every rank holds the same weights after the last update (checked by the tests)
     out["param_checksum"] = float(sum(float(p.detach().double().sum()) for p in model.parameters()))
     return out
+
+
+def train_in_process(cfg: dict) -> dict:
+    """The same run with the ranks as threads of this process (:mod:`components.training.ddp.world`):
+    what :func:`train_worker` returns through its checkpoint, ``{"ranks": [...], "world": W}``."""
+    from components.training.ddp.world import run_ranks
+
+    train, val, world = np.asarray(cfg["train"]), np.asarray(cfg["val"]), cfg["workers"]
+    ranks = run_ranks(lambda rank, group, pg: run_seed(cfg, cfg["seed"], train, val, rank, world, group, pg), world)
+    return {"ranks": ranks, "world": world}
 
 
 def train_worker(cfg: dict) -> None:

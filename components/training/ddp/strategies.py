@@ -30,9 +30,10 @@ def flatten_params(module: torch.nn.Module) -> torch.Tensor:
 class Strategy:
     """Holds the model's parameters as one flat vector; the optimizer steps that vector."""
 
-    def __init__(self, ddp, cfg: dict, flat: torch.Tensor):
+    def __init__(self, ddp, cfg: dict, flat: torch.Tensor, group=None):
         self.ddp = ddp
         self.cfg = cfg
+        self.group = group  # the collectives' group: None (the default gloo group) or an in-process rank's
         self.module_params = list(ddp.module.parameters())
         self.flat = flat  # from flatten_params(module), called before wrapping the module in DDP
         # the optimizer steps the parameters themselves (views into ``flat``), decay on tensors with ndim >= 2
@@ -70,9 +71,11 @@ class SyncStrategy(Strategy):
     def attach(self):
         method, cfg = self.cfg["method"], self.cfg
         if method == "fp32":
-            state = hooks.AllreduceState()
+            state = hooks.AllreduceState(group=self.group)
             self.ddp.register_comm_hook(state, hooks.allreduce_hook)
         elif method == "powersgd":
+            if self.group is not None:
+                raise ValueError("powersgd runs on gloo processes only: torch's hook drives its own process group")
             from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
 
             inner = PowerSGDState(process_group=None, matrix_approximation_rank=cfg["powersgd_rank"],
@@ -81,7 +84,8 @@ class SyncStrategy(Strategy):
             state = hooks.PowerSGDStats(inner)
             self.ddp.register_comm_hook(state, hooks.powersgd_hook)
         elif method in ("plain", "ef"):
-            state = hooks.CodecState(make_torch_codec(cfg["bits"], cfg["bucket"]), error_feedback=method == "ef")
+            state = hooks.CodecState(make_torch_codec(cfg["bits"], cfg["bucket"]), error_feedback=method == "ef",
+                                       group=self.group)
             self.ddp.register_comm_hook(state, hooks.codec_hook)
         else:
             raise ValueError(f"unknown data-parallel method {method!r}")

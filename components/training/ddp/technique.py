@@ -1,7 +1,14 @@
 """Registered technique `ddp_train`: data-parallel GPT training on Ray Train (gloo) with the gradient
 sync as a DDP comm hook - fp32 all-reduce, torch's PowerSGD hook, plain low-bit codecs, and
 error-feedback low-bit codecs. The shared parameters and the run/metrics code are reused by `duo`.
-One call trains one seed (``ctx.seed``) as one Ray Train job; the DAG runs the seeds."""
+One call trains one seed (``ctx.seed``); the DAG runs the seeds.
+
+``execution``: ``ray_train`` runs the ranks as Ray Train workers (one gloo process each);
+``in_process`` runs them as threads of the variant's task with the same DDP, hooks and strategies
+(:mod:`components.training.ddp.world`), and with ``ray_check_steps: K`` the first K steps also run
+on the Ray Train workers, whose weights after them are compared with the in-process ranks'
+(``ray_check_bitwise``, ``ray_check_max_abs_diff``): the distributed path stays exercised on every
+run while the bulk of the steps stop paying for 4 processes in lock-step on 2 cores."""
 from __future__ import annotations
 
 import os
@@ -47,6 +54,8 @@ class DPParams:
     timeout_s: int = 120                 # gloo collective timeout
     fail_at: list[int] | None = None     # [rank, step]: that worker exits there (failure tests)
     takeover: dict | None = None         # MeCeFO neighbour takeover (components.training.ddp.takeover)
+    execution: Literal["ray_train", "in_process"] = "ray_train"   # gloo worker processes, or rank threads
+    ray_check_steps: int = 0             # in_process: these first steps also run on Ray Train, compared
 
     def check(self):
         from components.models.gpt import SIZES
@@ -72,6 +81,11 @@ class DPParams:
         require(self.final_eval_batches >= 1, "final_eval_batches", self.final_eval_batches, "a positive number of batches")
         require(self.powersgd_rank >= 1, "powersgd_rank", self.powersgd_rank, "a positive rank")
         require(self.timeout_s >= 5, "timeout_s", self.timeout_s, "at least 5 seconds")
+        require(self.execution in ("ray_train", "in_process"), "execution", self.execution, "ray_train or in_process")
+        require(isinstance(self.ray_check_steps, int) and 0 <= self.ray_check_steps < self.steps, "ray_check_steps",
+                self.ray_check_steps, f"an integer in [0, steps={self.steps})")
+        require(self.ray_check_steps == 0 or self.execution == "in_process", "ray_check_steps", self.ray_check_steps,
+                "0 unless execution is in_process (it checks the in-process ranks against Ray Train)")
         require(self.fail_at is None or (len(self.fail_at) == 2 and 0 <= self.fail_at[0] < self.workers),
                 "fail_at", self.fail_at, "null or [rank < workers, step]")
         Link.from_config(self.link)
@@ -89,6 +103,8 @@ class DDPParams(DPParams):
         super().check()
         if self.method in ("plain", "ef"):
             require(self.bits >= 1, "bits", self.bits, f"1, 2, 4 or 8 for method={self.method} (0 bits sends nothing)")
+        require(self.method != "powersgd" or self.execution == "ray_train", "execution", self.execution,
+                "ray_train for method=powersgd (torch's PowerSGD hook drives its own process group)")
 
 
 def machine_cpus() -> float:
@@ -107,7 +123,8 @@ def _validate(p: DPParams, exp: dict) -> None:
     res = exp.get("resources") or {}
     if res.get("num_cpus", 1):
         raise ConfigError("experiment.resources.num_cpus", res.get("num_cpus", 1),
-                          "0 for data-parallel variants (the Ray Train workers reserve the CPUs)")
+                          "0 for data-parallel variants (the Ray Train workers reserve the CPUs; in-process ranks "
+                          "are bounded by max_parallel)")
     if res.get("max_parallel") is None:
         raise ConfigError("experiment.resources.max_parallel", None,
                           "a positive integer (how many Ray Train jobs may share the CPUs; 1 on a small machine)")
@@ -119,17 +136,38 @@ def run_data_parallel(p: DPParams, ctx, method: str, strategy: str = "sync") -> 
     ``strategy`` names a registered ``ddp_strategy``; its class travels to the workers in the config
     (pickled by reference, so they import its module and nothing else)."""
     from components.models.gpt import SIZES
-    from components.training.ddp.loop import train_worker
+    from components.training.ddp.loop import train_in_process, train_worker
     from components.training.ddp.runner import fit
 
     corpus = ctx.input("corpus")
     cfg = {k: v for k, v in asdict(p).items() if k not in ("link", "slow_link", "model")}
     cfg.update(method=method, strategy=lookup("ddp_strategy", strategy, key="strategy"), seed=ctx.seed,
                model=dict(SIZES[p.model]), vocab_size=corpus.vocab_size, train=corpus.train, val=corpus.val)
+    name = f"{ctx.variant}-s{ctx.seed}"
     ctx.progress(0, 1, phase=0)
-    out = fit(train_worker, cfg, p.workers, p.worker_cpus, ctx.workdir / "ray_train", f"{ctx.variant}-s{ctx.seed}",
-              p.timeout_s)
-    return summarize(p, method, out)
+    if p.execution == "ray_train":
+        return summarize(p, method, fit(train_worker, cfg, p.workers, p.worker_cpus, ctx.workdir / "ray_train",
+                                        name, p.timeout_s))
+    check = None
+    if p.ray_check_steps:   # the prefix on the real workers first: a broken gloo path fails fast
+        check = fit(train_worker, {**cfg, "stop_after": p.ray_check_steps}, p.workers, p.worker_cpus,
+                    ctx.workdir / "ray_train", f"{name}-check", p.timeout_s)
+    out = train_in_process({**cfg, "check_steps": p.ray_check_steps})
+    res = summarize(p, method, out)
+    res.info["execution"] = "in_process: the ranks are threads (collective seconds are thread waits)"
+    if check is not None:
+        res.metrics.update(ray_check(check, out, p.ray_check_steps))
+    return res
+
+
+def ray_check(real: dict, in_process: dict, steps: int) -> dict:
+    """The in-process ranks against the Ray Train workers over the first ``steps`` steps: rank 0's
+    weights at the start of step ``steps`` and its per-step training losses."""
+    a = np.asarray(real["ranks"][0]["check_weights"])
+    b = np.asarray(in_process["ranks"][0]["check_weights"])
+    same_loss = real["ranks"][0]["check_train_loss"] == in_process["ranks"][0]["check_train_loss"]
+    return {"ray_check_steps": float(steps), "ray_check_max_abs_diff": float(np.abs(a - b).max()),
+            "ray_check_bitwise": float(bool(np.array_equal(a, b)) and same_loss)}
 
 
 def summarize(p: DPParams, method: str, out: dict) -> Result:

@@ -32,24 +32,24 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.distributed as dist
 
 from components.compression.torch_codecs import make_torch_codec
 from components.core.registry import register
 from components.training.ddp import hooks
+from components.training.ddp import world as comm
 from components.training.ddp.strategies import Strategy
 
 
 @register("ddp_strategy", "duo", summary="DUO: low-bit fast sync + tentative update; the cached exact gradient "
           "all-reduced behind the next forward and committed one step late")
 class DuoStrategy(Strategy):
-    def __init__(self, ddp, cfg, flat):
-        super().__init__(ddp, cfg, flat)
+    def __init__(self, ddp, cfg, flat, group=None):
+        super().__init__(ddp, cfg, flat, group)
         self.committed = [self.flat.detach().clone()]
         sizes = [p.numel() for p in self.module_params]
         self.c_views = [c.view_as(p) for c, p in zip(self.committed[0].split(sizes), self.module_params)]
-        self.slow_group = dist.new_group(backend="gloo")  # slow path on its own channel
-        self.world = dist.get_world_size()
+        self.slow_group = comm.new_group(group)  # slow path on its own channel
+        self.world = comm.world_size(group)
         self.pending = None       # (works, gbar views in parameter order) of the in-flight slow reduction
         self.parity = 0           # which of the two cache buffer sets the next backward writes
         self.bufs: dict = {}      # (parity, bucket index) -> persistent cache buffer
@@ -60,7 +60,8 @@ class DuoStrategy(Strategy):
         self.slow = hooks.CommStats()
 
     def attach(self):
-        self.state = hooks.CodecState(make_torch_codec(self.cfg["bits"], self.cfg["bucket"]), cache=self._cache)
+        self.state = hooks.CodecState(make_torch_codec(self.cfg["bits"], self.cfg["bucket"]), cache=self._cache,
+                                       group=self.group)
         self.ddp.register_comm_hook(self.state, hooks.codec_hook)
         self.paths = {"fast": self.state.stats, "slow": self.slow}
 
@@ -90,7 +91,7 @@ class DuoStrategy(Strategy):
         if self.pending is not None or not self.cached_bufs:
             return
         self.t_launch = time.perf_counter()
-        works = [dist.all_reduce(b, group=self.slow_group, async_op=True) for b in self.cached_bufs]
+        works = [comm.all_reduce(b, group=self.slow_group, async_op=True) for b in self.cached_bufs]
         self.pending = (works, self.cached_bufs, [self.cached[id(p)] for p in self.module_params])
         self.cached, self.cached_bufs = {}, []
         self.parity ^= 1          # the next backward caches into the other buffers
@@ -132,5 +133,5 @@ class DuoStrategy(Strategy):
             self.flat.copy_(self.committed[0])
         # the slow path's group ends with the run: one process training several variants (the tests) would
         # otherwise keep every earlier run's gloo group and its threads until exit
-        dist.destroy_process_group(self.slow_group)
+        comm.destroy_group(self.slow_group)
         self.slow_group = None
