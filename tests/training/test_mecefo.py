@@ -75,7 +75,7 @@ def test_attention_skip_changes_only_what_is_upstream_of_attention():
 def test_low_rank_changes_only_ffn_weight_gradients_and_is_unbiased():
     # Prepare
     m, x, y = _model_and_batch(n_layer=1)
-    a = Approx(skip_attn=False, recompute_ffn=False, lowrank=True, rank=2)
+    a = Approx(skip_attn=False, recompute_ffn=False, lowrank=True, rank=2, basis="gaussian")
     ex = _grads(m, x, y, None)
     # Execute: many projection draws
     draws = [_grads(m, x, y, a, seed=s) for s in range(80)]
@@ -88,6 +88,58 @@ def test_low_rank_changes_only_ffn_weight_gradients_and_is_unbiased():
     one = float((draws[0][w] - ex[w]).norm() / ex[w].norm())
     mean = float((torch.stack([d[w] for d in draws]).mean(0) - ex[w]).norm() / ex[w].norm())
     assert one > 0.5 and mean < one / 5, (one, mean)
+
+
+def test_svd_basis_projects_the_ffn_weight_gradient_on_w_top_right_singular_vectors():
+    # Prepare: the paper's basis, rank 4 of 16 / 64
+    m, x, y = _model_and_batch(n_layer=1)
+    a = Approx(skip_attn=False, recompute_ffn=False, lowrank=True, rank=4, basis="svd")
+    ex = _grads(m, x, y, None)
+    # Execute: two different generators (the SVD basis draws nothing)
+    g1, g2 = _grads(m, x, y, a, seed=1), _grads(m, x, y, a, seed=2)
+    # Assert: deterministic; each FFN weight gradient is the exact one times V_r V_r^T of its weight
+    for n, p in m.named_parameters():
+        assert torch.equal(g1[n], g2[n]), n
+        if _ffn_weight(n):
+            V = torch.linalg.svd(p.detach(), full_matrices=False).Vh[:4].t()
+            assert torch.allclose(g1[n], ex[n] @ V @ V.t(), atol=1e-5), n
+            assert not torch.allclose(g1[n], ex[n], atol=1e-4), n
+        else:
+            assert torch.allclose(g1[n], ex[n], atol=1e-6), n
+
+
+@pytest.mark.parametrize("block", ["pre_ln", "fal_plus"])
+def test_skipped_params_are_exactly_those_a_skipped_micro_batch_leaves_without_gradient(block):
+    # Prepare
+    from components.training.mecefo.approx import skipped_params
+
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=40, n_layer=2, n_head=2, d_model=D, context=16, block=block))
+    x, y = torch.randint(0, 40, (4, 16)), torch.randint(0, 40, (4, 16))
+    # Execute
+    m.zero_grad(set_to_none=True)
+    microbatch_loss(m, x, y, Approx(skip_attn=True, lowrank=False)).backward()
+    # Assert
+    assert {id(p) for p in m.parameters() if p.grad is None} == {id(p) for p in skipped_params(m)}
+
+
+def test_a_skipped_attention_gets_the_mean_over_the_micro_batches_that_computed_it():
+    # Prepare: 4 replicas, replica 0 down and carried by replica 1 (one of 4 micro-batches skips attention)
+    from components.training.mecefo.approx import skipped_mask
+    from components.training.mecefo.train import finish_grad
+
+    m, _, _ = _model_and_batch()
+    mask = skipped_mask(m)
+    g = torch.ones(mask.numel())
+    loads = {1: [1, 0], 2: [2], 3: [3]}
+    # Execute
+    mean = finish_grad(g.clone(), mask, loads, "mecefo", Approx(), False, 4)
+    summed = finish_grad(g.clone(), mask, loads, "mecefo", Approx(attn_mean=False), False, 4)
+    exact = finish_grad(g.clone(), mask, loads, "ndb", Approx(), False, 4)
+    # Assert: attention entries x 4/3 (3 computed it), the rest as reduced
+    assert 0 < int(mask.sum()) < mask.numel()
+    assert torch.allclose(mean[mask], torch.full((int(mask.sum()),), 4 / 3)) and torch.equal(mean[~mask], g[~mask])
+    assert torch.equal(summed, g) and torch.equal(exact, g)
 
 
 def test_recomputation_changes_memory_not_gradients():
@@ -108,7 +160,7 @@ def test_saved_bytes_count_activations_not_weights():
     # Prepare: one linear layer's input (a parameter weight must not be counted)
     lin = torch.nn.Linear(8, 4)
     x = torch.randn(5, 8, requires_grad=True)
-    P = projection(8, 2, torch.Generator().manual_seed(0))
+    P = projection(lin.weight, 2, torch.Generator().manual_seed(0), "gaussian")
     # Execute
     with SavedBytes(lin) as exact:
         F.linear(x, lin.weight, lin.bias)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from components.core.errors import require
-from components.training.mecefo.approx import Approx, approximated, check_rank
+from components.training.mecefo.approx import Approx, approximated, check_basis, check_rank
 from components.training.mecefo.schedule import failure_schedule, fixed_schedule, takeover
 from components.training.mecefo.train import draw, projection_gen
 
@@ -39,6 +39,7 @@ class TakeoverSpec:
     recompute_ffn: bool = True
     lowrank: bool = True
     rank: int = 0                       # 0: in/8 per FFN linear
+    basis: str = "svd"                  # the low-rank projection: svd (the paper) or gaussian (the sheet)
 
     @classmethod
     def parse(cls, d: dict | None, workers: int, d_model: int) -> "TakeoverSpec":
@@ -55,6 +56,7 @@ class TakeoverSpec:
         require(all(isinstance(k, (list, tuple)) and len(k) == 2 and 0 <= k[1] < workers for k in spec.kills),
                 "takeover.kills", spec.kills, f"a list of [step, replica < workers={workers}]")
         check_rank(spec.rank, d_model, "takeover.rank")
+        check_basis(spec.basis, "takeover.basis")
         if spec.recovery != "none":
             require(workers >= 2, "workers", workers, "at least 2 for a takeover (a neighbour carries the batch)")
         return spec
@@ -66,7 +68,11 @@ class TakeoverSpec:
     def approx(self) -> Approx | None:
         if self.recovery != "mecefo":
             return None
-        return Approx(skip_attn=self.skip_attn, recompute_ffn=self.recompute_ffn, lowrank=self.lowrank, rank=self.rank)
+        # attn_mean=False: the DDP reduction averages every rank's bucket over the world, so a skipped
+        # attention's gradient is the computing micro-batches' sum / n here (the mecefo experiment takes
+        # their mean; doing so in DDP needs the strategies to rescale after the hook, DUO's slow path too)
+        return Approx(skip_attn=self.skip_attn, recompute_ffn=self.recompute_ffn, lowrank=self.lowrank, rank=self.rank,
+                      basis=self.basis, attn_mean=False)
 
     def schedule(self, world: int, steps: int, seed: int):
         """(down set per step, failure onsets): the same on every rank and in the driver; none for

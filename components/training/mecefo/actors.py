@@ -2,8 +2,9 @@
 
 Each :class:`Replica` holds its own copy of the model and AdamW state. A step: every live replica
 computes :func:`train.replica_grad` for the micro-batches it carries (own + taken over), the
-driver sums the contributions in replica order (the all-reduce) and every live replica applies the
-same update. A scheduled failure is ``ray.kill(actor, no_restart=False)``: the process dies and
+driver sums the contributions in replica order (the all-reduce; :func:`train.finish_grad` makes a skipped
+attention's gradient the mean over the micro-batches that computed it) and every live replica applies
+the same update. A scheduled failure is ``ray.kill(actor, no_restart=False)``: the process dies and
 Ray restarts it (``max_restarts``); while it is down its ring neighbour carries its micro-batch.
 When it is due back the driver waits for the restarted process (a new pid), and it reloads
 weights and optimizer state from its neighbour before taking part again.
@@ -81,10 +82,13 @@ def run_on_actors(setup, corpus, seed: int, sets, recovery: str, approx, approx_
     import ray
     from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
+    from components.models.gpt import GPT
     from components.training.ddp.optim import lr_at
-    from components.training.mecefo.train import loads_at
+    from components.training.mecefo.approx import skipped_mask
+    from components.training.mecefo.train import finish_grad, loads_at
 
     n = setup.replicas
+    mask = skipped_mask(GPT(setup.gpt(corpus.vocab_size)))   # the layout only: which entries are attention
     cls = ray.remote(num_cpus=0, max_restarts=max_restarts, max_task_retries=0)(Replica)
     data = ray.put(corpus.train)
     tag = f"{os.getpid()}-{time.time_ns() % 10**6}"
@@ -147,6 +151,7 @@ def run_on_actors(setup, corpus, seed: int, sets, recovery: str, approx, approx_
                 times["overloaded" if len(loads[i]) > 1 else "normal"].append(dt)
             if recovery == "drop":
                 total = total / len(live)
+            total = finish_grad(total, mask, loads, recovery, approx, approx_own, n)
             lr = lr_at(step, setup.steps, setup.lr, setup.warmup, setup.final_lr_frac)
             get([actors[i].apply.remote(total, lr) for i in live], f"the update of step {step}")
         final_live = sorted(set(range(n)) - expected_dead)

@@ -9,9 +9,19 @@ For one micro-batch run in MeCeFO mode every block computes (spec sheet, per-lay
 2. ``recompute_ffn``: the FFN (LN2 + MLP) is activation-checkpointed: only its input is stored and
    the FFN is recomputed in backward.
 3. ``lowrank``: each FFN linear ``W (out x in)`` with input ``X`` keeps only ``X P`` (tokens x r) and
-   its weight gradient is ``(G^T (X P)) P^T`` with ``P = N(0, 1/r)`` drawn per layer, linear and step
-   (``E[P P^T] = I``: unbiased); the input gradient ``G W`` stays exact. At ``r >= in``, ``P = I``
-   and the weight gradient is exact (the same custom backward, so the exactness check covers it).
+   its weight gradient is ``(G^T (X P)) P^T``; the input gradient ``G W`` stays exact. ``basis``:
+   ``svd`` (the paper's low-rank gradient approximation: ``P`` = the top-r right singular vectors of
+   ``W``, so ``P P^T`` projects the gradient onto the subspace the weight already spans; biased, no
+   rescaling) or ``gaussian`` (the spec sheet's default: ``P = N(0, 1/r)`` drawn per layer, linear and
+   step, ``E[P P^T] = I``: unbiased, but one draw inflates the gradient's norm; on the experiment's GPT
+   after 300 steps, rank in/8: cosine 0.34 and norm 3.0x the exact FFN weight gradient, against 0.72 and
+   0.72x for svd: ``benchmarks/bench_mecefo.py --basis-probe``). At ``r >= in``, ``P = I`` and the weight gradient is
+   exact (the same custom backward, so the exactness check covers it).
+
+The attention a skipped micro-batch does not differentiate gets its step gradient from the
+micro-batches that computed it: :func:`skipped_params` names those parameters (LN1, attention, FAL+'s
+first-signal norm) and the step's reduction takes their mean over the computing micro-batches
+(``attn_mean``; the sum over all n micro-batches / n would shrink it by the skipped share).
 
 :func:`approximated` swaps the blocks' forward for the duration of one micro-batch, so the model
 itself (``GPT.forward``) is reused unchanged. :class:`SavedBytes` counts what autograd keeps for
@@ -30,6 +40,7 @@ from torch.utils.checkpoint import checkpoint
 from components.core.errors import require
 
 BLOCKS = ("pre_ln", "parallel", "fal", "fal_plus")   # blocks of the shared GPT the rules apply to
+BASES = ("svd", "gaussian")                           # the low-rank weight-gradient projection
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class Approx:
     recompute_ffn: bool = True
     lowrank: bool = True
     rank: int = 0
+    basis: str = "svd"        # svd: top-r right singular vectors of W; gaussian: N(0, 1/r) per step
+    attn_mean: bool = True    # a skipped attention's gradient: mean over the micro-batches that computed it
 
     def r(self, fan_in: int) -> int:
         """Rank of the weight-gradient sketch of a linear with ``fan_in`` inputs (fan_in: exact)."""
@@ -51,6 +64,10 @@ class Approx:
     def exact(self) -> bool:
         """Gradients equal exact ones (recomputation changes memory and time only)."""
         return not self.skip_attn and not self.lowrank
+
+
+def check_basis(basis: str, key: str = "basis") -> None:
+    require(basis in BASES, key, basis, "one of " + ", ".join(BASES))
 
 
 def check_rank(rank: int, d_model: int, key: str = "rank") -> None:
@@ -77,11 +94,32 @@ class LowRankLinear(torch.autograd.Function):
         return gx, gw, g.sum(0) if ctx.has_bias else None, None
 
 
-def projection(fan_in: int, r: int, gen: torch.Generator) -> torch.Tensor:
-    """P (fan_in x r): Gaussian / sqrt(r) (unbiased sketch), the identity at full rank."""
+def projection(weight: torch.Tensor, r: int, gen: torch.Generator, basis: str = "svd") -> torch.Tensor:
+    """P (in x r) for a linear's ``weight`` (out x in): its top-r right singular vectors (``svd``) or
+    Gaussian / sqrt(r) (``gaussian``, unbiased sketch); the identity at full rank."""
+    fan_in = weight.shape[1]
     if r >= fan_in:
         return torch.eye(fan_in)
+    if basis == "svd":
+        return torch.linalg.svd(weight.detach(), full_matrices=False).Vh[:r].t().contiguous()
     return torch.randn(fan_in, r, generator=gen) / math.sqrt(r)
+
+
+def skipped_params(model) -> list[torch.nn.Parameter]:
+    """The parameters a micro-batch with the attention skipped gives no gradient: each block's LN1 and
+    attention, and FAL+'s first-signal norm (layer 0's a1 is computed outside autograd too)."""
+    out = []
+    for blk in model.blocks:
+        for mod in (blk.ln1, blk.attn, getattr(blk, "ln_first", None)):
+            if mod is not None:
+                out += list(mod.parameters())
+    return out
+
+
+def skipped_mask(model) -> torch.Tensor:
+    """Boolean mask over the flat parameter vector (``model.parameters()`` order) of :func:`skipped_params`."""
+    ids = {id(p) for p in skipped_params(model)}
+    return torch.cat([torch.full((p.numel(),), id(p) in ids) for p in model.parameters()])
 
 
 def _ffn(blk, h: torch.Tensor, Ps) -> torch.Tensor:
@@ -147,7 +185,7 @@ def approximated(model, a: Approx | None, gen: torch.Generator | None = None):
         up, _, down, _ = blk.mlp
         Ps = None
         if a.lowrank:
-            Ps = tuple(projection(lin.in_features, a.r(lin.in_features), gen) for lin in (up, down))
+            Ps = tuple(projection(lin.weight, a.r(lin.in_features), gen, a.basis) for lin in (up, down))
         blk.forward = (lambda b, P: lambda x, cache=None, ctx=None: block_forward(b, x, a, P, ctx))(blk, Ps)
     try:
         yield model

@@ -19,7 +19,7 @@ from components.core.netsim import Link
 from components.core.registry import technique
 from components.core.result import Result
 from components.training.mecefo import simtime
-from components.training.mecefo.approx import Approx, SavedBytes, check_rank, grad_of, microbatch_loss
+from components.training.mecefo.approx import Approx, SavedBytes, check_basis, check_rank, grad_of, microbatch_loss
 from components.training.mecefo.schedule import failure_schedule, fixed_schedule, takeover
 from components.training.mecefo.timing import mode_key
 from components.training.mecefo.train import TrainSetup, microbatch, params_vector, projection_gen, train
@@ -36,6 +36,8 @@ class MeCeFOParams(TrainSetup):
     recompute_ffn: bool = True
     lowrank: bool = True
     rank: int = 0                     # FFN weight-gradient sketch rank; 0: in/8 per linear
+    basis: str = "svd"                # svd: W's top-r right singular vectors (the paper); gaussian: the sheet's sketch
+    attn_mean: bool = True            # a skipped attention's gradient: mean over the micro-batches that computed it
     approx_own: bool = False          # also approximate the overloaded replica's own micro-batch
     ckpt_every: int = 50              # checkpoint-restart: steps between checkpoints
     restart_penalty_s: float = 30.0
@@ -54,6 +56,7 @@ class MeCeFOParams(TrainSetup):
         require(isinstance(self.down_steps, int) and self.down_steps >= 1, "down_steps", self.down_steps,
                 "a positive number of steps")
         check_rank(self.rank, self.d_model)
+        check_basis(self.basis)
         require(self.ckpt_every >= 1, "ckpt_every", self.ckpt_every, "a positive number of steps")
         require(self.restart_penalty_s >= 0, "restart_penalty_s", self.restart_penalty_s, "a non-negative duration")
         Link.from_config(self.link)
@@ -68,7 +71,7 @@ class MeCeFOParams(TrainSetup):
         require(self.timeout_s >= 5, "timeout_s", self.timeout_s, "at least 5 seconds")
 
     def approx(self) -> Approx:
-        return Approx(self.skip_attn, self.recompute_ffn, self.lowrank, self.rank)
+        return Approx(self.skip_attn, self.recompute_ffn, self.lowrank, self.rank, self.basis, self.attn_mean)
 
 
 def _validate(p: MeCeFOParams, exp: dict) -> None:
@@ -162,8 +165,9 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
         m[f"time_ratio_{k.replace('+', '_')}"] = mode["s"] / t_exact
         m[f"saved_ratio_{k.replace('+', '_')}"] = mode["saved_bytes"] / tb_exact
     if p.recovery == "mecefo":
-        m["grad_cosine"] = float(np.mean([c["grad_cosine"] for c in out["cos"]]))
-        m["grad_cosine_step"] = float(np.mean([c["grad_cosine_step"] for c in out["cos"]]))
+        for k in out["cos"][0]:   # grad_cosine, _step, _skip_rest, _lowrank_ffn, attn_grad_share: means over the run
+            vals = [c[k] for c in out["cos"] if np.isfinite(c[k])]
+            m[k] = float(np.mean(vals)) if vals else float("nan")
         full = Approx(skip_attn=False, recompute_ffn=p.recompute_ffn, lowrank=True, rank=4 * p.d_model)
         m["exact_mode_grad_err"] = float((grad_of(model, x, y, full) - grad_of(model, x, y, None)).abs().max())
     if p.actor_check:
@@ -177,5 +181,5 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
         series["grad_cosine"] = (out["cos_steps"], [c["grad_cosine"] for c in out["cos"]])
     return Result(metrics=m, series=series,
                   info={"events": events[:200], "timing": timing, "approx": {"skip_attn": a.skip_attn, "recompute_ffn": a.recompute_ffn, "lowrank": a.lowrank,
-                         "rank": a.rank}, "clock": "max over live replicas of own + taken micro-batch costs, "
+                         "rank": a.rank, "basis": a.basis, "attn_mean": a.attn_mean}, "clock": "max over live replicas of own + taken micro-batch costs, "
                                                    "plus the fp32 ring all-reduce on the link"})

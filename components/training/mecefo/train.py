@@ -20,7 +20,7 @@ from components.data.char_corpus import sample_batch
 from components.models.gpt import GPT, evaluate_loss
 from components.models.knobs import GPTTrainKnobs
 from components.training.ddp.optim import lr_at
-from components.training.mecefo.approx import Approx, flat_grad, grad_of, microbatch_loss
+from components.training.mecefo.approx import Approx, flat_grad, grad_of, microbatch_loss, skipped_mask
 from components.training.mecefo.schedule import takeover
 
 EVAL_SEED = 54321  # the same validation windows for every variant and seed
@@ -67,15 +67,34 @@ def projection_gen(seed: int, step: int, j: int) -> torch.Generator:
     return torch.Generator().manual_seed(((seed * 1_000_003 + step) * 131 + j) % 2 ** 62)
 
 
+def is_approximated(recovery: str, own: int, load: list[int], j: int, approx_own: bool) -> bool:
+    """Whether replica ``own`` computes micro-batch ``j`` of its ``load`` under MeCeFO's rules: a taken-over
+    one always, its own only with ``approx_own`` while it is overloaded."""
+    return recovery == "mecefo" and (j != own or (approx_own and len(load) > 1))
+
+
+def finish_grad(g: torch.Tensor, mask: torch.Tensor, loads: dict, recovery: str, approx: Approx,
+                approx_own: bool, n: int) -> torch.Tensor:
+    """The all-reduced step gradient (sum over micro-batches / n) with the skipped attention's part
+    (``mask``: :func:`~components.training.mecefo.approx.skipped_mask`) made the mean over the micro-batches
+    that computed it (``approx.attn_mean``), in place; unchanged when no micro-batch skipped it."""
+    if recovery != "mecefo" or not (approx.skip_attn and approx.attn_mean):
+        return g
+    carried = sum(len(ld) for ld in loads.values())
+    skipped = sum(is_approximated(recovery, i, ld, j, approx_own) for i, ld in loads.items() for j in ld)
+    if skipped and carried > skipped:
+        g[mask] *= n / (carried - skipped)
+    return g
+
+
 def replica_grad(model, train, setup: TrainSetup, seed: int, step: int, own: int, load: list[int],
                  recovery: str, approx: Approx, approx_own: bool) -> torch.Tensor:
     """Flat gradient replica ``own`` contributes at ``step``: the sum over the micro-batches it
     carries (``load``, own first) of their gradients / n (the all-reduce then sums replicas)."""
-    overloaded = len(load) > 1
     model.zero_grad(set_to_none=True)
     scale = 1.0 / (1 if recovery == "drop" else setup.replicas)
     for j in load:
-        a = approx if recovery == "mecefo" and (j != own or (approx_own and overloaded)) else None
+        a = approx if is_approximated(recovery, own, load, j, approx_own) else None
         x, y = microbatch(train, setup, seed, step, j)
         (microbatch_loss(model, x, y, a, projection_gen(seed, step, j)) * scale).backward()
     g = flat_grad(model)
@@ -110,8 +129,7 @@ def grouped_grad(model, train, setup, seed, step, loads, recovery, approx, appro
     exact, approx_mbs = [], []
     for i, load in loads.items():
         for j in load:
-            use = recovery == "mecefo" and (j != i or (approx_own and len(load) > 1))
-            (approx_mbs if use else exact).append(j)
+            (approx_mbs if is_approximated(recovery, i, load, j, approx_own) else exact).append(j)
     n = len(loads) if recovery == "drop" else setup.replicas
     model.zero_grad(set_to_none=True)
     if exact:
@@ -122,7 +140,7 @@ def grouped_grad(model, train, setup, seed, step, loads, recovery, approx, appro
         (microbatch_loss(model, x, y, approx, projection_gen(seed, step, j)) / n).backward()
     g = flat_grad(model)
     model.zero_grad(set_to_none=True)
-    return g
+    return finish_grad(g, skipped_mask(model), loads, recovery, approx, approx_own, n)
 
 
 def step_grad(model, train, setup, seed, step, loads, recovery, approx, approx_own) -> torch.Tensor:
@@ -134,21 +152,46 @@ def step_grad(model, train, setup, seed, step, loads, recovery, approx, approx_o
         total = g if total is None else total + g
     if recovery == "drop":
         total = total / len(loads)
-    return total
+    return finish_grad(total, skipped_mask(model), loads, recovery, approx, approx_own, setup.replicas)
 
 
 def grad_cosines(model, train, setup: TrainSetup, seed: int, approx: Approx, n_batches: int = 2) -> dict:
-    """Cosine of MeCeFO vs exact gradients on fixed micro-batches: one micro-batch, and the step
-    gradient with one of n micro-batches taken over (n-1 exact + 1 approximate vs n exact)."""
-    cos_mb, cos_step = [], []
+    """Cosines of MeCeFO vs exact gradients on fixed micro-batches, and per approximation:
+
+    - ``grad_cosine``: one micro-batch under all of ``approx`` vs exact;
+    - ``grad_cosine_step``: the step gradient with one of n micro-batches taken over (n-1 exact + 1
+      approximate, skipped attention averaged as in training) vs n exact;
+    - ``grad_cosine_skip_rest``: the attention skip alone, on the parameters it still differentiates (the
+      skipped ones get no gradient by design; their share of the exact gradient's squared norm is
+      ``attn_grad_share``);
+    - ``grad_cosine_lowrank_ffn``: the low-rank sketch alone, on the FFN weights it approximates."""
+    from dataclasses import replace
+
+    mask = skipped_mask(model)
+    ffn = torch.cat([torch.full((p.numel(),), any(p is lin.weight for blk in model.blocks for lin in (blk.mlp[0], blk.mlp[2])))
+                     for p in model.parameters()])
+    cos = lambda a, b: float(torch.nn.functional.cosine_similarity(a, b, dim=0))  # noqa: E731
+    out = {k: [] for k in ("grad_cosine", "grad_cosine_step", "grad_cosine_skip_rest", "grad_cosine_lowrank_ffn",
+                           "attn_grad_share")}
     for b in range(n_batches):
         gs = [grad_of(model, *microbatch(train, setup, seed + 99_991, b, j), None) for j in range(setup.replicas)]
-        ga = grad_of(model, *microbatch(train, setup, seed + 99_991, b, 0), approx, projection_gen(seed, -1 - b, 0))
+        x, y = microbatch(train, setup, seed + 99_991, b, 0)
+        gen = lambda: projection_gen(seed, -1 - b, 0)  # noqa: E731
+        ga = grad_of(model, x, y, approx, gen())
         exact = sum(gs)
-        step = exact - gs[0] + ga
-        cos_mb.append(float(torch.nn.functional.cosine_similarity(ga, gs[0], dim=0)))
-        cos_step.append(float(torch.nn.functional.cosine_similarity(step, exact, dim=0)))
-    return {"grad_cosine": float(np.mean(cos_mb)), "grad_cosine_step": float(np.mean(cos_step))}
+        # replica 0 down, replica 1 carries its micro-batch: the step's reduction as in training
+        loads = {1: [1, 0], **{i: [i] for i in range(2, setup.replicas)}}
+        step = finish_grad((exact - gs[0] + ga) / setup.replicas, mask, loads, "mecefo", approx, False, setup.replicas)
+        out["grad_cosine"].append(cos(ga, gs[0]))
+        out["grad_cosine_step"].append(cos(step, exact))
+        out["attn_grad_share"].append(float(gs[0][mask].pow(2).sum() / gs[0].pow(2).sum()))
+        if approx.skip_attn:
+            g_skip = grad_of(model, x, y, replace(approx, lowrank=False), gen())
+            out["grad_cosine_skip_rest"].append(cos(g_skip[~mask], gs[0][~mask]))
+        if approx.lowrank:
+            g_low = grad_of(model, x, y, replace(approx, skip_attn=False), gen())
+            out["grad_cosine_lowrank_ffn"].append(cos(g_low[ffn], gs[0][ffn]))
+    return {k: float(np.mean(v)) if v else float("nan") for k, v in out.items()}
 
 
 def train(setup: TrainSetup, corpus, seed: int, sets, recovery: str, approx: Approx, approx_own: bool = False,
