@@ -187,7 +187,7 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
         job.last_wall_s = _wall(runs[0]) if runs else None
         if job.latest is None:
             rec = (recorded or {}).get(job.experiment) if not job.label else None
-            job.why = ["never run"] if rec is None or recorded_changes(rec, job.inputs) else []
+            job.why = ["never run"] if rec is None else recorded_changes(rec, job.inputs)   # what changed since
             if not job.why:
                 job.note = "recorded in RESULTS.md; the run is not in this store"
         elif job.latest.data.tags.get(HASH_TAG) == job.inputs.digest:

@@ -96,3 +96,20 @@ def test_serving_benchmark_prints_well_formed_tables(name, capsys):
     for rows in found:
         assert len({row.count("|") for row in rows}) == 1, rows
     assert found[0][2].split("|")[1].strip() == SERVING[name]
+
+
+def test_board_cost_reads_results_md_rows_and_sums_them(tmp_path, capsys):
+    # Prepare: the committed board and an empty store (a fresh clone's)
+    mod = load("reproduce")
+    uri = f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"
+
+    # Execute
+    mod.main([str(ROOT / "RESULTS.md"), uri])
+
+    # Assert: one row per experiment of the file, well formed, from RESULTS.md, and the sum last
+    text = capsys.readouterr().out
+    (found,) = tables(text)
+    assert len({row.count("|") for row in found}) == 1
+    assert len(found) - 2 == len(mod.results_rows(ROOT / "RESULTS.md")) > 0
+    assert all(row.rstrip(" |").endswith("RESULTS.md") for row in found[2:])
+    assert text.strip().splitlines()[-1].startswith("total ")

@@ -214,8 +214,8 @@ def test_an_experiment_results_md_records_with_current_inputs_is_current_without
             reproduce.Job(EXP, "c_crashes", [], probe_inputs)]
     # Execute
     reproduce.judge(jobs, client, "full", force=False, recorded=recorded)
-    # Assert: current and said why; a changed file runs; a perturbation (not recorded in the file) runs
-    assert [j.why for j in jobs] == [[], ["never run"], ["never run"]]
+    # Assert: current and said why; a changed file runs, named; a perturbation (not recorded in the file) runs
+    assert [j.why for j in jobs] == [[], ["components/core/probe.py"], ["never run"]]
     assert "RESULTS.md" in jobs[0].note and not jobs[1].note
 
 @pytest.mark.parametrize("tags, why", [

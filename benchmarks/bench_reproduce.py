@@ -1,0 +1,87 @@
+"""The board's cost (issue "The whole board in 75 minutes"): every experiment's full run, its wall time,
+the cold prepare in it, peak memory and share of the total, against the targets (10 minutes per
+experiment warm, 75 minutes for the board warm, 100 cold).
+
+Reads what `dtlab reproduce` recorded: each experiment's latest board run in the store (its wall time,
+``platform.prepare_s`` and whether any prepare step missed the cache, the process tree's peak memory),
+and, for an experiment whose run is not in this store, its row in RESULTS.md (wall and peak memory
+only: marked "RESULTS.md"). Warm wall = wall - prepare for a run whose prepare missed the cache (a
+cached prepare costs about nothing); a run that hit the cache is warm as it is.
+
+Run: .venv/bin/python benchmarks/bench_reproduce.py [RESULTS.md] [tracking.uri=...]
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+EXPERIMENT_S, BOARD_WARM_S, BOARD_COLD_S = 600.0, 75 * 60.0, 100 * 60.0
+
+
+def store_rows(client) -> dict[str, dict]:
+    """{experiment: wall, prepare, cold, peak} of each experiment's latest board run in the store."""
+    from components.core.runs_query import off_board, parent_history, robustness_label
+    from pipelines.results_md import _wall
+
+    rows = {}
+    for h in parent_history(client, None, statuses=("FINISHED",)):
+        run = next((r for r in h.runs if not off_board(r) and robustness_label(r) in ("", "tuned")), None)
+        if run is None or h.experiment.name == "scoreboard":
+            continue
+        m, tags = run.data.metrics, run.data.tags
+        cold = any(k.startswith("prepare.") and k.endswith(".cache") and v == "miss" for k, v in tags.items())
+        rows[h.experiment.name] = {"wall_s": _wall(run), "prepare_s": m.get("platform.prepare_s"), "cold": cold,
+                                   "peak_mb": m.get("reproduce.peak_rss_mb"), "source": "store"}
+    return rows
+
+
+def results_rows(path: Path) -> dict[str, dict]:
+    """{experiment: wall, peak} from RESULTS.md's summary rows (no prepare split there)."""
+    from pipelines.results_md import _old_rows, _parse_row
+
+    if not path.is_file():
+        return {}
+    out = {}
+    for name, row in _old_rows(path.read_text()).items():
+        r = _parse_row(row)
+        if r["wall_s"] is not None:
+            out[name] = {"wall_s": r["wall_s"], "prepare_s": None, "cold": None, "peak_mb": r["peak_mb"],
+                         "source": "RESULTS.md"}
+    return out
+
+
+def main(args: list[str]) -> None:
+    from components.core.tracker import tracking_client
+    from pipelines.preflight import tracking_store
+    from pipelines.results_md import _duration
+
+    path = Path(next((a for a in args if "=" not in a), "RESULTS.md"))
+    uri, _, _ = tracking_store([a for a in args if "=" in a])
+    rows = {**results_rows(path), **store_rows(tracking_client(uri))}
+    warm = {k: (r["wall_s"] - (r["prepare_s"] or 0.0) if r["cold"] else r["wall_s"]) for k, r in rows.items()}
+    total, total_warm = sum(r["wall_s"] for r in rows.values()), sum(warm.values())
+    print(f"board cost: {len(rows)} experiments (store {uri}; rows not in it from {path})\n")
+    print("| experiment | wall | prepare (cold/warm) | warm wall | peak memory | share | <= 10 min warm | from |")
+    print("|---|---:|---:|---:|---:|---:|---|---|")
+    for name in sorted(rows, key=lambda k: -rows[k]["wall_s"]):
+        r = rows[name]
+        known = r["cold"] is not None     # a RESULTS.md row does not say whether its prepare was cold
+        prep = "–" if r["prepare_s"] is None else f"{r['prepare_s']:.0f} s ({'cold' if r['cold'] else 'warm'})"
+        peak = f"{r['peak_mb']:.0f} MB" if r["peak_mb"] else "–"
+        ok = "yes" if warm[name] <= EXPERIMENT_S else ("NO" if known else "NO (or a cold prepare)")
+        print(f"| {name} | {_duration(r['wall_s'])} | {prep} | {'' if known else '<= '}{_duration(warm[name])} | "
+              f"{peak} | {r['wall_s'] / total:.1%} | {ok} | {r['source']} |")
+    over = sorted(k for k in rows if warm[k] > EXPERIMENT_S)
+    print(f"\nover 10 minutes warm: {', '.join(over) or 'none'}")
+    print(f"total {_duration(total)} as run · warm {'<= ' if any(r['cold'] is None for r in rows.values()) else ''}"
+          f"{_duration(total_warm)} (target {_duration(BOARD_WARM_S)}; "
+          f"{'met' if total_warm <= BOARD_WARM_S else 'NOT met'}) · as run vs the cold target "
+          f"{_duration(BOARD_COLD_S)}: {'met' if total <= BOARD_COLD_S else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
