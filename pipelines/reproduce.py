@@ -14,6 +14,7 @@ same content goes to RUNS_DIR/reports/scoreboard.html and onto a `scoreboard` ru
     dtlab reproduce --dry-run                        what would run and why (the files that changed)
     dtlab reproduce --force                          run even what is current
     dtlab reproduce --robustness                     also each experiment's declared perturbations
+    dtlab reproduce --robustness=P1,P2               only these perturbations (of every chosen experiment that declares them)
     dtlab reproduce --check [RESULTS.md]             is the file current for this checkout? (exit 1: stale)
     dtlab reproduce --flavour debug                  the tiny debug configurations (tests the mechanism;
                                                      RESULTS.md then goes to RUNS_DIR, marked DEBUG)
@@ -69,13 +70,17 @@ def parse_args(args: list[str]) -> dict[str, Any]:
     """Flags, ``experiment=a,b``, ``--family F`` and config overrides (runs_dir=, tracking=, ...);
     bad input exits 2."""
     opts: dict[str, Any] = {"experiments": [], "family": None, "force": False, "dry_run": False, "robustness": False,
-                            "check": None, "flavour": "full", "results": None, "overrides": []}
+                            "perturbations": [], "check": None, "flavour": "full", "results": None, "overrides": []}
     i = 0
     while i < len(args):
         a = args[i]
         flag, eq, inline = a.partition("=") if a.startswith("--") else (a, "", "")
         if a in _FLAGS:
             opts[a[2:].replace("-", "_")] = True
+        elif flag == "--robustness" and eq:
+            opts["robustness"], opts["perturbations"] = True, [p for p in inline.split(",") if p]
+            if not opts["perturbations"]:
+                _die("--robustness=: one or more perturbation names (e.g. --robustness=other_seeds)")
         elif flag in ("--family", "--flavour", "--results"):
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             i += 0 if eq else 1
@@ -134,6 +139,10 @@ def select(opts: dict[str, Any]) -> list[str]:
         bare = [n for n in chosen if not raw[n].get("robustness")]
         if bare:
             _die(f"--robustness: experiment {bare[0]!r} declares no robustness: block (conf/experiment/{bare[0]}.yaml)")
+        declared = sorted({p for n in chosen for p in raw[n]["robustness"]})
+        unknown = [p for p in opts["perturbations"] if p not in declared]
+        if unknown:
+            _die(f"--robustness={unknown[0]!r}: one of " + ", ".join(declared) + f" (declared by {', '.join(chosen)})")
     return chosen
 
 
@@ -153,6 +162,8 @@ def plan_jobs(experiments: list[str], opts: dict[str, Any]) -> list[Job]:
 
             _, perturbed, _, unmoved = plan_with_notes(own)
             for label, job in perturbed[1:]:   # [0] is the tuned configuration: the experiment's own run
+                if opts.get("perturbations") and label not in opts["perturbations"]:
+                    continue
                 note = f"seeds not moved: {', '.join(unmoved[label])}" if unmoved.get(label) else ""
                 jobs.append(Job(exp, label, job, of_config(config.compose(job)), note=note))
     return jobs

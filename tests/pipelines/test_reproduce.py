@@ -241,12 +241,22 @@ def test_robustness_jobs_are_planned_per_perturbation(probe_inputs):
     assert "robustness=noisy_d" in jobs[1].overrides and "experiment.seeds=[5]" in jobs[1].overrides
 
 
+def test_robustness_with_names_plans_only_those_perturbations(probe_inputs):
+    # Prepare
+    opts = reproduce.parse_args([f"experiment={EXP}", "--robustness=c_crashes"])
+    # Execute
+    jobs = reproduce.plan_jobs(reproduce.select(opts), opts)
+    # Assert: the experiment's own run and the one perturbation asked for
+    assert [j.key for j in jobs] == [EXP, f"{EXP}/c_crashes"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["experiment=nope"], "experiment='nope': one of"),
     (["--family", "nope"], "--family='nope': one of"),
     (["cluster=remote"], "cluster='remote'"),
     (["debug=true"], "debug='true'"),
     (["--flavour", "tiny"], "--flavour='tiny'"),
+    ([f"experiment={EXP}", "--robustness=nope"], "--robustness='nope': one of c_crashes, noisy_d"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     # Execute
