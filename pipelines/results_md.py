@@ -69,18 +69,37 @@ def _duration(s: float | None) -> str:
 
 
 def machine_text() -> str:
-    """This machine: cores, memory, GPU (what reproduce records on every run it makes)."""
+    """This machine: CPU model and the vector ISA torch's CPU kernels use, cores, memory, GPU (what
+    reproduce records on every run it makes). The ISA matters: the same code and seed give the same
+    figures bit for bit on one machine, and different last bits, so different trajectories, on a CPU
+    whose kernels block their sums differently (seen here: duo's loss ratios moved in the third digit
+    between the board's earlier host and this one, while the old and the new code give the same bits
+    on this one)."""
     import psutil
 
-    gpu = "no GPU"
+    gpu, isa = "no GPU", ""
     try:
         import torch
 
+        isa = torch.backends.cpu.get_cpu_capability()
         if torch.cuda.is_available():
             gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     except Exception:  # noqa: BLE001 - no torch or no driver: no GPU to name
         pass
-    return f"{os.cpu_count()} cores · {psutil.virtual_memory().total / 2 ** 30:.0f} GiB · {gpu}"
+    cpu = _cpu_model() + (f" ({isa})" if isa else "")
+    return f"{cpu} · {os.cpu_count()} cores · {psutil.virtual_memory().total / 2 ** 30:.0f} GiB · {gpu}"
+
+
+def _cpu_model() -> str:
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
 
 
 def _links(exp: str, family: str, base: Path) -> list[tuple[str, str]]:
