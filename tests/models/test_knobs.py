@@ -53,7 +53,8 @@ KEYS_BEFORE = {
                       "crash_at d_model down_steps eval_batch eval_batches eval_every failure_rate "
                       "final_eval_batches final_lr_frac link lowrank lr n_head n_layer rank recompute_ffn "
                       "recovery replicas restart_penalty_s skip_attn steps threads timeout_s warmup "
-                      "weight_decay".split()),
+                      "weight_decay".split())
+    | {"basis", "attn_mean"},     # added since (issue 32 item 1): the low-rank basis, the skipped attention's mean
     DiTTrainParams: set("batch d depth ema heads label_dropout lr patch seed steps".split()),
     SpaceServeParams: set("beta chunk_tokens deadline_s enc_budget encoder_order eps gpu gpu_overrides "
                           "image_counts image_probs max_batch mu n_requests out_mean rate rates sis_rule "

@@ -48,8 +48,10 @@ def test_kl_direction_is_p_to_uniform():
 
 
 def test_gradient_pushes_wrong_predictions_toward_uniform_and_correct_toward_target():
+    # float64: the loss is a mean over 64 rows, so one step moves each row's KL by ~1e-4, which float32
+    # resolves on one CPU and rounds to a tie on another (seen on an AVX2 host)
     torch.manual_seed(0)
-    logits = torch.randn(64, 10) * 3
+    logits = torch.randn(64, 10, dtype=torch.float64) * 3
     target = torch.randint(0, 10, (64,))
     wrong = logits.argmax(1) != target
     assert wrong.any() and (~wrong).any()
@@ -61,7 +63,7 @@ def test_gradient_pushes_wrong_predictions_toward_uniform_and_correct_toward_tar
     p0, p1 = torch.softmax(logits, 1), torch.softmax(stepped, 1)
     ok = ~wrong
     assert (p1[ok, target[ok]] > p0[ok, target[ok]]).all()     # correct ones more confident
-    assert torch.allclose(z.grad[wrong].sum(1), torch.zeros(int(wrong.sum())), atol=1e-6)
+    assert torch.allclose(z.grad[wrong].sum(1), torch.zeros(int(wrong.sum()), dtype=z.dtype), atol=1e-6)
 
 
 def test_alpha_must_be_inside_unit_interval():
