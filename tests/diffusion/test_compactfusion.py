@@ -237,7 +237,7 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
 
 @pytest.mark.slow
 def test_a_dead_shard_actor_ends_the_variant_failed(run_experiment):
-    out = run_experiment("compactfusion", "only=[cf_1bit]", "experiment.variants.cf_1bit.params.fail_rank=1")
+    out = run_experiment("compactfusion", "only=[cf_1bit]", "++experiment.variants.cf_1bit.params.fail_rank=1")
     v = out.variants["cf_1bit"]
     assert v.status == "FAILED" and "shard actor died" in v.error, (v.status, v.error)
 
