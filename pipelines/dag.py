@@ -71,8 +71,33 @@ def validate(cfg: dict) -> ExperimentSpec:
     from components.core.raytools import check_cluster
 
     check_cluster(cfg["cluster"])
-    return build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=parse_only(cfg.get("only")),
+    spec = build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=parse_only(cfg.get("only")),
                       overridden=overridden_keys(cfg.get("_overrides")))
+    check_devices(spec, cfg["cluster"])
+    return spec
+
+
+def check_devices(spec: ExperimentSpec, cluster: dict) -> None:
+    """The experiment's device request against its techniques and the GPUs on offer: this process's Ray
+    session's, else for embedded Ray the ones torch sees here (a cluster's or a running head's are
+    checked once connected, :func:`components.core.devices.check_cluster`). CPU runs import nothing."""
+    import sys
+
+    from components.core import devices
+    from components.core.raytools import attach_target
+    from components.core.registry import get_technique
+
+    if spec.num_gpus == 0:   # device=cuda without GPUs was refused with the spec
+        return
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        offered, where = float(ray.cluster_resources().get("GPU", 0.0)), "the Ray session"
+    elif cluster.get("address") or os.environ.get("RAY_ADDRESS") or attach_target(cluster)[0]:
+        offered, where = None, "the Ray cluster"
+    else:
+        offered, where = float(devices.cuda_count()), "this machine"   # embedded Ray detects the same GPUs
+    devices.check_request(spec.device, spec.num_gpus, {v.name: get_technique(v.technique).devices for v in spec.variants},
+                          offered, where)
 
 
 # ----------------------------------------------------------------------------------------- entry
@@ -188,6 +213,9 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
         opening = pool.submit(open_tracking)
         try:
             ray_info = init_ray(cfg["cluster"])
+            from components.core.devices import check_cluster as check_gpus
+
+            check_gpus(spec.num_gpus, ray.cluster_resources().get("GPU", 0.0))
             phases.mark("ray_init")
         except BaseException as e:
             try:

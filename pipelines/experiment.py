@@ -4,7 +4,8 @@ An experiment config (conf/experiment/NAME.yaml) holds::
 
     name, family, summary
     seeds:     [0, 1, 2]              # the seed axis: one task per variant x seed
-    resources: {num_cpus: 1, nodes: 0, node_cpus: 0, max_parallel: null}
+    resources: {num_cpus: 1, num_gpus: 0, nodes: 0, node_cpus: 0, max_parallel: null}
+    device:    auto                   # auto | cpu | cuda: where torch work runs (components.core.devices)
     axes:      {axis: [values]}       # grid axes for variants' ``over`` and claims' ``over``
     prepare:   {entry: {step: registered_step, params: {...}, inputs: {step_input: entry}}}
     common:    {technique: {...}}     # params merged under the own params of that technique's variants
@@ -34,12 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.core.claims import Claim, noise_figure, parse_expr, referenced_variants, substitute, template_axes
+from components.core.devices import requested as requested_device
 from components.core.errors import ConfigError, require
 from components.core.params import parse_params
 from components.core.registry import get_prepare_step, get_technique
 
 ROLES = ("technique", "baseline", "control")
-_TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "axes", "prepare", "common", "variants", "claims",
+_TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "device", "axes", "prepare", "common", "variants", "claims",
              "report", "debug", "robustness", "reach"}
 _VARIANT_KEYS = {"technique", "role", "params", "seeds", "inputs", "over"}
 _CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least", "premise", "premise_measured", "kind",
@@ -119,6 +121,8 @@ class ExperimentSpec:
     raw: dict[str, Any] = field(default_factory=dict)
     reach: list[Reach] = field(default_factory=list)
     claim_kinds: dict[str, str] = field(default_factory=dict)   # claim name -> one of CLAIM_KINDS
+    device: str = "auto"               # auto | cpu | cuda (components.core.devices)
+    num_gpus: float = 0.0              # GPUs per Ray task, node actor and Ray Train worker
 
     @property
     def seed(self) -> int:
@@ -330,10 +334,11 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
     require(isinstance(name, str) and name, "experiment.name", name, "a non-empty string")
     seeds = _check_seeds(exp.get("seeds", [0]), "experiment.seeds")
     resources = exp.get("resources") or {}
-    bad = sorted(set(resources) - {"num_cpus", "nodes", "node_cpus", "max_parallel"})
+    bad = sorted(set(resources) - {"num_cpus", "num_gpus", "nodes", "node_cpus", "max_parallel"})
     if bad:
         raise ConfigError(f"experiment.resources.{bad[0]}", resources[bad[0]],
-                          "unknown key; allowed: num_cpus, nodes, node_cpus, max_parallel")
+                          "unknown key; allowed: num_cpus, num_gpus, nodes, node_cpus, max_parallel")
+    device, num_gpus = requested_device(exp)
     max_parallel = resources.get("max_parallel")
     require(max_parallel is None or (isinstance(max_parallel, int) and not isinstance(max_parallel, bool) and max_parallel >= 1),
             "experiment.resources.max_parallel", max_parallel, "null (as many as the CPUs fit) or a positive integer")
@@ -399,7 +404,8 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
     reach = _build_reach(exp.get("reach") or {}, names)
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
                           nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp,
-                          reach=reach, claim_kinds={n: str(c.get("kind", "empirical")) for n, c in claim_defs.items()})
+                          reach=reach, claim_kinds={n: str(c.get("kind", "empirical")) for n, c in claim_defs.items()},
+                          device=device, num_gpus=num_gpus)
 
 
 def _build_reach(block: Any, names: set[str]) -> list[Reach]:

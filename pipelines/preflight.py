@@ -258,7 +258,8 @@ def describe(job: list[str], cfg: dict, spec) -> list[str]:
 
     res = f"num_cpus {spec.num_cpus:g} per task, nodes {spec.nodes}" + (
         f" ({spec.node_cpus:g} CPUs each)" if spec.nodes and spec.node_cpus else "") + (
-        f", max_parallel {spec.max_parallel}" if spec.max_parallel else "")
+        f", max_parallel {spec.max_parallel}" if spec.max_parallel else "") + (
+        f", num_gpus {spec.num_gpus:g} per task" if spec.num_gpus else "") + f", device {spec.device}"
     out = [f"{spec.name} ({spec.family}){' · DEBUG flavour' if cfg.get('debug') else ''}: {spec.summary}",
            "overrides: " + (" ".join(job) or "(none)"),
            f"seeds: {spec.seeds} · resources: {res} · runs_dir: {cfg.get('runs_dir')}"]

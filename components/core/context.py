@@ -17,13 +17,15 @@ class RunContext:
     it is a no-op when nothing listens, so techniques can be called directly in tests.
     ``seed`` is the one seed this call runs (the DAG runs the experiment's seeds as separate
     calls); ``inputs`` holds exactly the prepared outputs the technique or step declared, under
-    the names it declared them: read them with :meth:`input`.
+    the names it declared them: read them with :meth:`input`. ``device`` is where its torch work
+    runs: "cpu", or "cuda" when the experiment asked for it and Ray gave the task a GPU.
     """
 
     experiment: str = "adhoc"
     variant: str = "adhoc"
     seed: int = 0
     run: str = ""  # the parent run's id: two runs (or robustness jobs) sharing a head never share keys
+    device: str = "cpu"  # the torch device this call runs on (components.core.devices.resolve)
     inputs: dict[str, Any] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path("runs") / "scratch")
     nodes: list[Any] | None = None  # the experiment's NodeActor pool (resources.nodes), if any

@@ -74,6 +74,7 @@ class Technique:
     params: type | None
     validate: Callable[..., None] | None = None   # (params, experiment[, inputs]): see technique()
     inputs: tuple[str, ...] = ()       # names of the prepared inputs it reads (ctx.input(name))
+    devices: tuple[str, ...] = ("cpu",)   # where it runs (ctx.device): cpu, or cpu and cuda
 
     @property
     def file(self) -> str:
@@ -302,7 +303,8 @@ def names(kind: str) -> list[str]:
 
 # --------------------------------------------------------------------- techniques and prepare steps
 def technique(name: str, *, family: str, summary: str, params: type | None = None,
-              validate: Callable[..., None] | None = None, inputs: tuple[str, ...] | list[str] = ()):
+              validate: Callable[..., None] | None = None, inputs: tuple[str, ...] | list[str] = (),
+              devices: tuple[str, ...] = ("cpu",)):
     """Register ``fn(params, ctx) -> Result`` as technique ``name`` (a baseline registers the same way).
 
     ``family`` is a package folder under components/ (:func:`families`).
@@ -313,13 +315,18 @@ def technique(name: str, *, family: str, summary: str, params: type | None = Non
     ``inputs`` names the prepared outputs it reads with ``ctx.input(name)``; the experiment binds
     each to a prepare entry (by the same name, or ``inputs: {name: entry}`` on the variant).
     The function runs one seed (``ctx.seed``); the DAG runs the experiment's seeds.
+    ``devices``: where it runs, ``("cpu",)`` or ``("cpu", "cuda")`` for one that puts its tensors on
+    ``ctx.device``; an experiment asking for another device is refused before Ray starts.
     """
     known = families()
+    if not devices or not set(devices) <= {"cpu", "cuda"}:
+        raise ValueError(f"technique {name!r}: devices {devices!r} must be a non-empty subset of ('cpu', 'cuda')")
     if family not in known:
         raise ValueError(f"family {family!r} is not one of {known} (a family is a package folder under components/)")
 
     def deco(fn):
-        add("technique", name, Technique(name, family, summary.strip(), fn, params, validate, tuple(inputs)),
+        add("technique", name, Technique(name, family, summary.strip(), fn, params, validate, tuple(inputs),
+                                            tuple(devices)),
             summary, family=family)
         return fn
 

@@ -27,10 +27,13 @@ def run_variant_seed(tech_name: str, module: str, params: Any, ctx_fields: dict,
     """The Ray task: one technique call for one seed. Returns (Result, start, end, where).
 
     Only the technique's own module is imported (not all of components/: seconds per worker);
-    other kinds load on demand through the registry."""
+    other kinds load on demand through the registry. ``ctx_fields["device"]`` is the experiment's
+    request (auto, cpu, cuda), resolved here against the GPUs Ray gave this task."""
     import importlib
 
     import ray
+
+    from components.core.devices import gpu_ids, task_device
 
     importlib.import_module(module)
     tech = get_technique(tech_name)
@@ -40,7 +43,8 @@ def run_variant_seed(tech_name: str, module: str, params: Any, ctx_fields: dict,
         if board is not None:
             board.update.remote(key, step, total, live)
 
-    ctx = RunContext(**ctx_fields, inputs=dict(zip(names, inputs)), reporter=reporter)
+    ctx = RunContext(**{**ctx_fields, "device": task_device(ctx_fields.get("device", "cpu"), tech.devices)},
+                     inputs=dict(zip(names, inputs)), reporter=reporter)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     res = tech.fn(params, ctx)
@@ -50,7 +54,8 @@ def run_variant_seed(tech_name: str, module: str, params: Any, ctx_fields: dict,
         raise TypeError(f"technique {tech_name} returned {type(res).__name__}, expected Result")
     t1 = time.time()
     reporter(ctx.variant, 1, 1, {})
-    where = {"ray.node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
+    where = {"ray.node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
+             "device": ctx.device, **({"ray.gpu_ids": ",".join(map(str, ids))} if (ids := gpu_ids()) else {})}
     return res, t0, t1, where
 
 
@@ -125,7 +130,7 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
 
     board = ray.remote(num_cpus=0)(Board).remote(spec.name)
     nodes = start_nodes(spec.nodes, spec.node_cpus, f"{spec.name}-node") if spec.nodes else None
-    task = ray.remote(num_cpus=spec.num_cpus, max_retries=0)(run_variant_seed)
+    task = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_retries=0)(run_variant_seed)
     # Ray hands a task's CPU back while it blocks in ray.get (on its actors), and would then start
     # every remaining task at once; the driver keeps at most this many in flight instead.
     limit = max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1) // max(spec.num_cpus, 1e-9)))
@@ -148,7 +153,7 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
         o = outcomes[v.name]
         so = o.seeds[seed]
         ctx = {"experiment": spec.name, "variant": v.name, "seed": seed, "run": parent_id, "nodes": nodes,
-               "workdir": runs_dir / "work" / parent_id / v.name / str(seed)}
+               "workdir": runs_dir / "work" / parent_id / v.name / str(seed), "device": spec.device}
         names = list(v.inputs)
         refs = [inputs[(v.inputs[n], seed if spec.entry(v.inputs[n]).seeded else None)] for n in names]
         module = get_technique(v.technique).fn.__module__

@@ -20,10 +20,16 @@ from pipelines.experiment import ExperimentSpec, PrepareSpec
 def run_step(step_name: str, params: Any, ctx_fields: dict, names: list[str], *upstream) -> tuple[Any, float]:
     """One prepare step in this process; ``upstream`` are its inputs in the order of ``names``.
 
-    Only the step's own module is imported (the registry's index names it), not all of components/."""
+    Only the step's own module is imported (the registry's index names it), not all of components/.
+    ``ctx_fields["device"]`` is the experiment's request, resolved here; what a step built on a GPU is
+    handed back on cpu (the cache key does not hold the device: it is the same artifact)."""
+    from components.core.devices import task_device, to_cpu
+
     step = get_prepare_step(step_name)
+    fields = {**ctx_fields, "device": task_device(ctx_fields.get("device", "cpu"), ("cpu",))}   # steps: cpu for now
     t0 = time.perf_counter()
-    out = step.fn(params, RunContext(**ctx_fields, inputs=dict(zip(names, upstream))))
+    out = step.fn(params, RunContext(**fields, inputs=dict(zip(names, upstream))))
+    out = to_cpu(out) if fields["device"] != "cpu" else out
     return out, time.perf_counter() - t0
 
 
@@ -40,7 +46,7 @@ def entry_keys(spec: ExperimentSpec, needed: list[tuple[PrepareSpec, list]]) -> 
 
 def _ctx(spec: ExperimentSpec, p: PrepareSpec, seed: Any, key: str, runs_dir: Path) -> dict:
     return {"experiment": spec.name, "variant": f"prepare:{p.name}" + (f"@{seed}" if seed is not None else ""),
-            "seed": 0 if seed is None else seed, "workdir": runs_dir / "cache" / f"{key}.work"}
+            "seed": 0 if seed is None else seed, "workdir": runs_dir / "cache" / f"{key}.work", "device": spec.device}
 
 
 def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, console) -> tuple[dict, dict, float]:
@@ -54,7 +60,7 @@ def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, conso
     refs: dict[tuple[str, Any], Any] = {}
     status: dict[str, str] = {}
     pending: dict = {}
-    task = ray.remote(num_cpus=spec.num_cpus, num_returns=2, max_retries=0)(run_step)
+    task = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, num_returns=2, max_retries=0)(run_step)
     for p, seeds in needed:
         for seed in seeds:
             key = keys[(p.name, seed)]

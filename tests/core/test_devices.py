@@ -1,0 +1,78 @@
+"""The device request (issue "Run where researchers run: GPUs"): what an experiment may ask for, how a
+task resolves it, and what a GPU task hands to the cache. All on cpu: torch here sees no CUDA."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from components.core import devices
+from components.core.errors import ConfigError
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA answers")
+
+
+@pytest.mark.parametrize("exp, key", [
+    ({"device": "gpu"}, "experiment.device"),
+    ({"resources": {"num_gpus": -1}}, "experiment.resources.num_gpus"),
+    ({"resources": {"num_gpus": True}}, "experiment.resources.num_gpus"),
+    ({"device": "cuda"}, "experiment.resources.num_gpus"),          # cuda without asking Ray for a GPU
+])
+def test_bad_request_names_the_key(exp, key):
+    # Execute
+    with pytest.raises(ConfigError) as e:
+        devices.requested(exp)
+    # Assert
+    assert e.value.key == key
+
+
+def test_default_request_is_auto_without_gpus():
+    assert devices.requested({}) == ("auto", 0.0)
+
+
+@pytest.mark.parametrize("device, ids, runs_on", [
+    ("auto", None, ("cpu", "cuda")),      # outside Ray
+    ("auto", [0], ("cpu", "cuda")),       # Ray gave a (logical) GPU, torch sees none
+    ("auto", [0], ("cpu",)),              # a cpu-only technique
+    ("cpu", [0], ("cpu", "cuda")),
+])
+def test_resolve_falls_back_to_cpu(device, ids, runs_on):
+    assert devices.resolve(device, ids, runs_on) == "cpu"
+
+
+def test_resolve_cuda_without_cuda_is_an_error():
+    with pytest.raises(ConfigError, match="torch sees no CUDA"):
+        devices.resolve("cuda", [0])
+
+
+def test_check_request_refuses_what_cannot_run():
+    # Prepare
+    techs = {"a": ("cpu", "cuda"), "b": ("cpu",)}
+    # Execute / Assert: no GPU on offer, too many asked for, a cpu-only technique under device=cuda
+    with pytest.raises(ConfigError, match="torch sees no CUDA device on this machine"):
+        devices.check_request("cuda", 1, techs, 0.0, "this machine")
+    with pytest.raises(ConfigError, match="at most the 1 GPU"):
+        devices.check_request("auto", 2, techs, 1.0, "this machine")
+    with pytest.raises(ConfigError, match="variant b's technique runs on: cpu"):
+        devices.check_request("cuda", 1, techs, None, "the Ray cluster")
+    devices.check_request("auto", 1, techs, 1.0, "this machine")     # auto: b runs on cpu, a where it can
+    with pytest.raises(ConfigError, match="the Ray cluster offers"):
+        devices.check_cluster(2, 1.0)
+
+
+@dataclasses.dataclass
+class _Out:
+    w: torch.Tensor
+    n: int
+
+
+def test_to_cpu_walks_containers():
+    # Prepare: on cpu the move is the identity, so check the walk keeps every shape of container
+    obj = {"m": torch.nn.Linear(2, 2), "xs": [torch.ones(2), (torch.zeros(1), 3)], "d": _Out(torch.ones(1), 4), "s": "x"}
+    # Execute
+    out = devices.to_cpu(obj)
+    # Assert
+    assert isinstance(out["xs"][1], tuple) and out["xs"][1][1] == 3 and out["s"] == "x"
+    assert isinstance(out["d"], _Out) and out["d"].n == 4 and out["d"].w.device.type == "cpu"
+    assert isinstance(out["m"], torch.nn.Linear)
