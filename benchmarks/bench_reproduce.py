@@ -25,7 +25,7 @@ EXPERIMENT_S, BOARD_WARM_S, BOARD_COLD_S = 600.0, 75 * 60.0, 100 * 60.0
 def store_rows(client) -> dict[str, dict]:
     """{experiment: wall, prepare, cold, peak} of each experiment's latest board run in the store."""
     from components.core.runs_query import off_board, parent_history, robustness_label
-    from pipelines.results_md import _wall
+    from pipelines.results_md import run_wall
 
     rows = {}
     for h in parent_history(client, None, statuses=("FINISHED",)):
@@ -34,20 +34,19 @@ def store_rows(client) -> dict[str, dict]:
             continue
         m, tags = run.data.metrics, run.data.tags
         cold = any(k.startswith("prepare.") and k.endswith(".cache") and v == "miss" for k, v in tags.items())
-        rows[h.experiment.name] = {"wall_s": _wall(run), "prepare_s": m.get("platform.prepare_s"), "cold": cold,
+        rows[h.experiment.name] = {"wall_s": run_wall(run), "prepare_s": m.get("platform.prepare_s"), "cold": cold,
                                    "peak_mb": m.get("reproduce.peak_rss_mb"), "source": "store"}
     return rows
 
 
 def results_rows(path: Path) -> dict[str, dict]:
     """{experiment: wall, peak} from RESULTS.md's summary rows (no prepare split there)."""
-    from pipelines.results_md import _old_rows, _parse_row
+    from pipelines.results_md import summary_rows
 
     if not path.is_file():
         return {}
     out = {}
-    for name, row in _old_rows(path.read_text()).items():
-        r = _parse_row(row)
+    for name, r in summary_rows(path.read_text()).items():
         if r["wall_s"] is not None:
             out[name] = {"wall_s": r["wall_s"], "prepare_s": None, "cold": None, "peak_mb": r["peak_mb"],
                          "source": "RESULTS.md"}
@@ -57,7 +56,7 @@ def results_rows(path: Path) -> dict[str, dict]:
 def main(args: list[str]) -> None:
     from components.core.tracker import tracking_client
     from pipelines.preflight import tracking_store
-    from pipelines.results_md import _duration
+    from pipelines.results_md import duration
 
     path = Path(next((a for a in args if "=" not in a), "RESULTS.md"))
     uri, _, _ = tracking_store([a for a in args if "=" in a])
@@ -73,14 +72,14 @@ def main(args: list[str]) -> None:
         prep = "–" if r["prepare_s"] is None else f"{r['prepare_s']:.0f} s ({'cold' if r['cold'] else 'warm'})"
         peak = f"{r['peak_mb']:.0f} MB" if r["peak_mb"] else "–"
         ok = "yes" if warm[name] <= EXPERIMENT_S else ("NO" if known else "NO (or a cold prepare)")
-        print(f"| {name} | {_duration(r['wall_s'])} | {prep} | {'' if known else '<= '}{_duration(warm[name])} | "
+        print(f"| {name} | {duration(r['wall_s'])} | {prep} | {'' if known else '<= '}{duration(warm[name])} | "
               f"{peak} | {r['wall_s'] / total:.1%} | {ok} | {r['source']} |")
     over = sorted(k for k in rows if warm[k] > EXPERIMENT_S)
     print(f"\nover 10 minutes warm: {', '.join(over) or 'none'}")
-    print(f"total {_duration(total)} as run · warm {'<= ' if any(r['cold'] is None for r in rows.values()) else ''}"
-          f"{_duration(total_warm)} (target {_duration(BOARD_WARM_S)}; "
+    print(f"total {duration(total)} as run · warm {'<= ' if any(r['cold'] is None for r in rows.values()) else ''}"
+          f"{duration(total_warm)} (target {duration(BOARD_WARM_S)}; "
           f"{'met' if total_warm <= BOARD_WARM_S else 'NOT met'}) · as run vs the cold target "
-          f"{_duration(BOARD_COLD_S)}: {'met' if total <= BOARD_COLD_S else 'NOT met'}")
+          f"{duration(BOARD_COLD_S)}: {'met' if total <= BOARD_COLD_S else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -19,10 +19,13 @@ same content goes to RUNS_DIR/reports/scoreboard.html and onto a `scoreboard` ru
     dtlab reproduce --flavour debug                  the tiny debug configurations (tests the mechanism;
                                                      RESULTS.md then goes to RUNS_DIR, marked DEBUG)
     dtlab reproduce --results PATH                   write RESULTS.md there instead
+    dtlab reproduce cluster=remote tracking=server   each one a Ray job on the cluster (RAY_ADDRESS: its dashboard)
 
 Bad input (an unknown experiment or family, --robustness on an experiment without a robustness:
-block) is one line and exit 2, before anything runs. `cluster=remote` is refused (exit 2): on a Ray
-cluster submit each `dtlab run experiment=NAME cluster=remote tracking=server` as a Ray job instead.
+block) is one line and exit 2, before anything runs.
+
+On a Ray cluster (``cluster=remote``, ``RAY_ADDRESS=http://HEAD:8265``) each configuration to run is a
+Ray job, all submitted at once, so the cluster runs them side by side (pipelines/reproduce_cluster.py).
 """
 from __future__ import annotations
 
@@ -109,7 +112,7 @@ def parse_args(args: list[str]) -> dict[str, Any]:
 
 def select(opts: dict[str, Any]) -> list[str]:
     """The experiments to bring up to date (exit 2 on an unknown name or family, a missing
-    ``robustness:`` block with --robustness, or ``cluster=remote``)."""
+    ``robustness:`` block with --robustness, or ``cluster.address``)."""
     from omegaconf import OmegaConf
 
     from pipelines.config import CONF_DIR, experiment_names
@@ -117,9 +120,9 @@ def select(opts: dict[str, Any]) -> list[str]:
     names = experiment_names()
     for ov in opts["overrides"]:
         key, _, value = ov.lstrip("+~").partition("=")
-        if (key == "cluster" and value == "remote") or key in ("cluster.address",):
-            _die(f"{key}={value!r}: dtlab reproduce runs on this machine (cluster=local); on a Ray cluster "
-                 "submit `dtlab run experiment=NAME cluster=remote tracking=server` per experiment as a Ray job")
+        if key == "cluster.address":
+            _die(f"{key}={value!r}: reproduce finds the cluster by RAY_ADDRESS (cluster=remote: its dashboard, "
+                 "http://HEAD:8265, where Ray's job API listens)")
         if key in ("debug", "only", "robustness") or key.startswith("experiment.") or key == "hparams_search":
             _die(f"{key}={value!r}: reproduce runs each experiment's own configuration; allowed: runs_dir=, "
                  "tracking=, tracking.*, cluster.* (use --flavour debug for the debug flavour)")
@@ -185,7 +188,7 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
     re-runs what changed, not the whole board)."""
     from components.core.runs_query import parent_history
     from pipelines.inputs import ARTIFACT, HASH_TAG, Inputs, changed, unrecorded
-    from pipelines.results_md import _wall, recorded_changes
+    from pipelines.results_md import run_wall, recorded_changes
     from pipelines.scoreboard import _Artifacts
 
     known = {e.name for e in client.search_experiments()}
@@ -195,7 +198,7 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
     for job in jobs:
         runs = [r for r in hist.get(job.experiment, []) if _matches(r, job, flavour)]
         job.latest = runs[0] if runs else None
-        job.last_wall_s = _wall(runs[0]) if runs else None
+        job.last_wall_s = run_wall(runs[0]) if runs else None
         if job.latest is None:
             rec = (recorded or {}).get(job.experiment) if not job.label else None
             job.why = ["never run"] if rec is None else recorded_changes(rec, job.inputs)   # what changed since
@@ -214,37 +217,38 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
 
 
 # ------------------------------------------------------------------------------------------ progress
-def _eta(jobs: list[Job], now: float) -> tuple[float, bool]:
-    """Seconds left (from each job's last wall time) and whether every remaining job has one."""
-    left, known = 0.0, True
+def _eta(jobs: list[Job], now: float, parallel: bool = False) -> tuple[float, bool]:
+    """Seconds left (from each job's last wall time) and whether every remaining job has one; the sum
+    one after another, the longest with ``parallel`` (a cluster runs them side by side)."""
+    lefts, known = [], True
     for j in jobs:
-        if j.state == "queued":
+        if j.state in ("queued", "submitted"):
             known &= j.last_wall_s is not None
-            left += j.last_wall_s or 0.0
+            lefts.append(j.last_wall_s or 0.0)
         elif j.state == "running":
             known &= j.last_wall_s is not None
-            left += max(0.0, (j.last_wall_s or 0.0) - (now - j.started))
-    return left, known
+            lefts.append(max(0.0, (j.last_wall_s or 0.0) - (now - j.started)))
+    return (max(lefts, default=0.0) if parallel else sum(lefts)), known
 
 
-def render(jobs: list[Job], now: float):
+def render(jobs: list[Job], now: float, parallel: bool = False):
     """The progress view: every job, its state, last and current wall time, and the ETA."""
     from rich.table import Table
 
-    from pipelines.results_md import _duration
+    from pipelines.results_md import duration
 
-    left, known = _eta(jobs, now)
-    todo = sum(j.state in ("queued", "running") for j in jobs)
+    left, known = _eta(jobs, now, parallel)
+    todo = sum(j.state in ("queued", "submitted", "running") for j in jobs)
     t = Table(title=f"dtlab reproduce: {todo} to run, {sum(j.state == 'current' for j in jobs)} current · ETA "
-                    f"{'≥ ' if not known else ''}{_duration(left)}", title_justify="left")
+                    f"{'≥ ' if not known else ''}{duration(left)}", title_justify="left")
     for c in ("experiment", "state", "last wall", "wall", "why"):
         t.add_column(c, overflow="fold")
-    style = {"current": "dim", "queued": "", "running": "yellow", "done": "green", "failed": "red", "killed": "red"}
+    style = {"current": "dim", "queued": "", "submitted": "", "running": "yellow", "done": "green", "failed": "red", "killed": "red"}
     for j in jobs:
         wall = now - j.started if j.state == "running" else j.wall_s
         why = ", ".join(j.why[:3]) + (f" (+{len(j.why) - 3} more)" if len(j.why) > 3 else "")
         t.add_row(j.key, f"[{style.get(j.state, '')}]{j.state}[/]" if style.get(j.state) else j.state,
-                  _duration(j.last_wall_s), _duration(wall) if wall is not None else "–", why)
+                  duration(j.last_wall_s), duration(wall) if wall is not None else "–", why)
     return t
 
 
@@ -316,7 +320,8 @@ def _record(client, job: Job, flavour: str, machine: str) -> None:
         return
     job.run_id = run.info.run_id
     client.log_metric(run.info.run_id, "reproduce.wall_s", float(job.wall_s or 0.0))
-    client.log_metric(run.info.run_id, "reproduce.peak_rss_mb", float(job.peak_mb or 0.0))
+    if job.peak_mb is not None:   # None: a cluster's job, whose processes are not sampled here
+        client.log_metric(run.info.run_id, "reproduce.peak_rss_mb", float(job.peak_mb))
     client.set_tag(run.info.run_id, "dtlab.machine", machine)
 
 
@@ -406,6 +411,12 @@ def cmd_reproduce(args: list[str]) -> None:
     from pipelines.preflight import tracking_store
 
     uri, _, cfg = tracking_store(opts["overrides"])
+    remote = "cluster=remote" in opts["overrides"]
+    if remote:
+        from pipelines import reproduce_cluster
+
+        address = reproduce_cluster.jobs_address()
+        reproduce_cluster.check_store(uri, address)
     if opts["results"] and opts["flavour"] == "debug" and Path(opts["results"]).resolve() == ROOT / "RESULTS.md":
         _die("--results: a debug board is never written to the repository's RESULTS.md; give another path")
     t0 = time.time()
@@ -432,7 +443,7 @@ def cmd_reproduce(args: list[str]) -> None:
         return
     from pipelines.results_md import machine_text
 
-    machine = machine_text()
+    machine = machine_text() if not remote else reproduce_cluster.machine(address, machine_text())
     passthrough = [o for o in opts["overrides"]]
     log_dir = Path(cfg["runs_dir"]) / "reproduce" / "logs"
     interrupted, failed = False, []
@@ -440,19 +451,27 @@ def cmd_reproduce(args: list[str]) -> None:
     if console.is_terminal and todo:
         from rich.live import Live
 
-        live = Live(render(jobs, time.time()), console=console, refresh_per_second=2)
+        live = Live(render(jobs, time.time(), remote), console=console, refresh_per_second=2)
         live.__enter__()
 
     def tick() -> None:
         if live is not None:
-            live.update(render(jobs, time.time()))
+            live.update(render(jobs, time.time(), remote))
 
     from components.core.interrupts import terminate_as_interrupt
 
     stop = terminate_as_interrupt()  # SIGTERM / SIGHUP end the running job like Ctrl-C
     stop.__enter__()
     try:
-        for i, job in enumerate(todo):
+        if remote:
+            console.print(f"submitting {len(todo)} Ray job(s) to {address}", highlight=False)
+            interrupted, failed = reproduce_cluster.run_on_cluster(todo, passthrough, log_dir, tick, uri, address)
+            for job in todo:
+                _record(client, job, opts["flavour"], machine)
+                if live is None and job.state != "queued":
+                    console.print(f"{job.key}: {job.state}" + (f" in {job.wall_s:.0f}s" if job.wall_s else ""),
+                                  highlight=False)
+        for i, job in enumerate([] if remote else todo):
             if live is None:
                 console.print(f"[{i + 1}/{len(todo)}] {job.key}: running ({', '.join(job.why[:3])})"
                               + (f" ({job.note})" if job.note else ""), highlight=False)
@@ -472,7 +491,7 @@ def cmd_reproduce(args: list[str]) -> None:
     finally:
         stop.__exit__(None, None, None)
         if live is not None:
-            live.update(render(jobs, time.time()))
+            live.update(render(jobs, time.time(), remote))
             live.__exit__(None, None, None)
     if interrupted:
         console.print("[yellow]interrupted: the next `dtlab reproduce` resumes (what finished is current)[/]")

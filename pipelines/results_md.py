@@ -51,7 +51,8 @@ def _anchor(name: str) -> str:
     return re.sub(r"[^a-z0-9_-]", "", name.lower().replace(" ", "-"))
 
 
-def _wall(run) -> float | None:
+def run_wall(run) -> float | None:
+    """A board run's wall seconds: what reproduce measured around it, else the run's own total."""
     m = run.data.metrics
     for k in ("reproduce.wall_s", "platform.total_s"):
         if k in m and math.isfinite(m[k]):
@@ -61,7 +62,7 @@ def _wall(run) -> float | None:
     return None
 
 
-def _duration(s: float | None) -> str:
+def duration(s: float | None) -> str:
     if s is None:
         return "–"
     s = int(round(s))
@@ -146,7 +147,7 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
             "headline": {"claim": head["claim"], "paper": head["paper"],
                          "ours": (head["measured_labelled"] or head["measured"] or "").replace("\n", "; "),
                          "status": head["status"]} if head else None,
-            "wall_s": _wall(run) if run else None,
+            "wall_s": run_wall(run) if run else None,
             "peak_mb": run.data.metrics.get("reproduce.peak_rss_mb") if run else None,
             "machine": run.data.tags.get("dtlab.machine", "") if run else "",
             "claims": mine, "robustness": _robustness(mine), "plots": [],
@@ -240,6 +241,13 @@ def _old_board(text: str, flavour: str) -> dict[str, dict[str, Any]]:
             and name in sections and _parse_run_line(_run_line(sections[name]) or "") is not None}
 
 
+def summary_rows(text: str) -> dict[str, dict[str, Any]]:
+    """{experiment: its summary row parsed} of a RESULTS.md: headline, counts by status, accounting,
+    robustness k/n, wall seconds and peak MB (what benchmarks/bench_reproduce.py reads)."""
+    return {name: _parse_row(row) for name, row in _old_rows(text).items()
+            if len(_cells(row)) == 7 + len(STATUS_COLUMNS)}
+
+
 def _old_rows(text: str) -> dict[str, str]:
     """{experiment: its summary-table row}."""
     out = {}
@@ -289,7 +297,7 @@ def _parse_robustness_runs(section: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _parse_duration(text: str) -> float | None:
-    """Seconds from what :func:`_duration` writes ("17m36s", "3h54m"); None for "–"."""
+    """Seconds from what :func:`duration` writes ("17m36s", "3h54m"); None for "–"."""
     m = re.fullmatch(r"(?:(\d+)h(\d+)m|(\d+)m(\d+)s)", text.strip())
     if not m:
         return None
@@ -375,7 +383,7 @@ def render(model: dict[str, Any]) -> str:
               + (f" ({carried} carried from the previous RESULTS.md)" if carried else "")
               + f" · flavour {model['flavour']}",
               f"- **Machine:** {'; '.join(model['machines']) or 'not recorded'}",
-              f"- **Total wall time:** {_duration(model['total_wall_s'])}", ""]
+              f"- **Total wall time:** {duration(model['total_wall_s'])}", ""]
     emp = {s: sum(e["counts"].get(s, 0) for e in ran) for s in dict.fromkeys(
         [*STATUS_COLUMNS, *(s for e in ran for s in e["counts"])])}
     acc_h, acc_n = sum(e["accounting"]["held"] for e in ran), sum(e["accounting"]["judged"] for e in ran)
@@ -401,7 +409,7 @@ def render(model: dict[str, Any]) -> str:
         peak = f"{e['peak_mb']:.0f} MB" if isinstance(e["peak_mb"], (int, float)) else "–"
         lines.append(f"| {name} | {_md(_short(h.get('paper', '')))} | {_md(_short(h.get('ours', ''), 60))}"
                      f" ({h.get('status', '')}) | " + " | ".join(str(e["counts"].get(s, 0)) for s in STATUS_COLUMNS)
-                     + f" | {acc} | {rob} | {_duration(e['wall_s'])} | {peak} |")
+                     + f" | {acc} | {rob} | {duration(e['wall_s'])} | {peak} |")
     lines += ["", "The headline is each experiment's first gated claim that is not an accounting check or a "
               "\"(platform)\" check; "
               "robustness k/n: of n perturbations run, k under which no gated claim holding in the tuned run "
@@ -418,7 +426,7 @@ def _section(e: dict[str, Any]) -> list[str]:
     if not e["run_id"]:
         return out + [f"Not run. {links}", ""]
     out += [f"Run `{e['run_name']}` (`{e['run_id']}`) · code {e['code_version']} · {e['date']} UTC · "
-            f"wall {_duration(e['wall_s'])}" + (f" · {links}" if links else ""), ""]
+            f"wall {duration(e['wall_s'])}" + (f" · {links}" if links else ""), ""]
     if e["stale"]:
         out += [f"**Stale**: changed since this run: {', '.join(e['stale'])}.", ""]
     perts = e["robustness"]["labels"]
@@ -491,7 +499,7 @@ def summary_html(model: dict[str, Any]) -> str:
                     f"<td>{e_(h.get('ours', ''))} ({e_(h.get('status', ''))})</td>"
                     + "".join(f"<td>{e['counts'].get(s, 0)}</td>" for s in STATUS_COLUMNS)
                     + f"<td>{e['accounting']['held']}/{e['accounting']['judged']}</td>"
-                    f"<td>{e['robustness']['k']}/{e['robustness']['n']}</td><td>{_duration(e['wall_s'])}</td>"
+                    f"<td>{e['robustness']['k']}/{e['robustness']['n']}</td><td>{duration(e['wall_s'])}</td>"
                     f"<td>{peak}</td></tr>")
     rows.append("</table>")
     return "".join(rows)

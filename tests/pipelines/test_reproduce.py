@@ -253,7 +253,7 @@ def test_robustness_with_names_plans_only_those_perturbations(probe_inputs):
 @pytest.mark.parametrize("args, message", [
     (["experiment=nope"], "experiment='nope': one of"),
     (["--family", "nope"], "--family='nope': one of"),
-    (["cluster=remote"], "cluster='remote'"),
+    (["cluster.address=10.0.0.5:6379"], "cluster.address='10.0.0.5:6379': reproduce finds the cluster by RAY_ADDRESS"),
     (["debug=true"], "debug='true'"),
     (["--flavour", "tiny"], "--flavour='tiny'"),
     ([f"experiment={EXP}", "--robustness=nope"], "--robustness='nope': one of c_crashes, noisy_d"),
