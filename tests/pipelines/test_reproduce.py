@@ -210,13 +210,23 @@ def test_an_experiment_results_md_records_with_current_inputs_is_current_without
     moved = Inputs("f" * 16, probe_inputs.config, probe_inputs.version,
                    dict(probe_inputs.files, **{"components/core/probe.py": "1" * 16}))
     jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs),
-            reproduce.Job(EXP, "", [f"experiment={EXP}"], moved),
-            reproduce.Job(EXP, "c_crashes", [], probe_inputs)]
+            reproduce.Job(EXP, "", [f"experiment={EXP}"], moved)]
     # Execute
     reproduce.judge(jobs, client, "full", force=False, recorded=recorded)
-    # Assert: current and said why; a changed file runs, named; a perturbation (not recorded in the file) runs
-    assert [j.why for j in jobs] == [[], ["components/core/probe.py"], ["never run"]]
+    # Assert: current and said why; a changed file runs, named
+    assert [j.why for j in jobs] == [[], ["components/core/probe.py"]]
     assert "RESULTS.md" in jobs[0].note and not jobs[1].note
+
+
+def test_a_perturbation_to_run_brings_its_tuned_run_into_the_store(client, probe_inputs):
+    # Prepare: an empty store; RESULTS.md records EXP as current; one of its perturbations never ran
+    jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs),
+            reproduce.Job(EXP, "c_crashes", [], probe_inputs)]
+    # Execute
+    reproduce.judge(jobs, client, "full", force=False, recorded={EXP: probe_inputs.to_json()})
+    # Assert: the tuned run runs too (the perturbation is judged against it, and a carried section would drop it)
+    assert jobs[0].why == ["c_crashes is judged against it; it is not in this store"] and jobs[0].state == "queued"
+    assert jobs[1].why == ["never run"] and not jobs[0].note
 
 @pytest.mark.parametrize("tags, why", [
     ({}, "inputs not recorded (a run from before input hashes)"),
