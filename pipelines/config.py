@@ -28,6 +28,38 @@ def experiment_names() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
 
+_RAW: dict[tuple, dict] = {}
+
+
+def _raw_loader():
+    """A YAML loader that reads what OmegaConf.load reads (its float and no-timestamp rules), on
+    libyaml's parser where PyYAML has it: 23 experiment files in about 0.5 s instead of about 5 s."""
+    import yaml
+    from omegaconf._utils import get_yaml_loader
+
+    omega = get_yaml_loader()
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return type("RawLoader", (base,), {"yaml_implicit_resolvers": omega.yaml_implicit_resolvers})
+
+
+def raw_experiments() -> dict[str, dict]:
+    """Every conf/experiment/NAME.yaml as written (no defaults, no interpolation resolved), keyed by
+    NAME: what the scoreboard and reproduce read besides the composed config. Cached per file while
+    its size and mtime stay; each call gets its own copy."""
+    import yaml
+
+    out = {}
+    loader = None
+    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        if key not in _RAW:
+            loader = loader or _raw_loader()
+            _RAW[key] = yaml.load(path.read_text(), Loader=loader) or {}
+        out[path.stem] = copy.deepcopy(_RAW[key])
+    return out
+
+
 def _group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 

@@ -113,9 +113,7 @@ def parse_args(args: list[str]) -> dict[str, Any]:
 def select(opts: dict[str, Any]) -> list[str]:
     """The experiments to bring up to date (exit 2 on an unknown name or family, a missing
     ``robustness:`` block with --robustness, or ``cluster.address``)."""
-    from omegaconf import OmegaConf
-
-    from pipelines.config import CONF_DIR, experiment_names
+    from pipelines.config import experiment_names, raw_experiments
 
     names = experiment_names()
     for ov in opts["overrides"]:
@@ -129,7 +127,7 @@ def select(opts: dict[str, Any]) -> list[str]:
     unknown = [e for e in opts["experiments"] if e not in names]
     if unknown:
         _die(f"experiment={unknown[0]!r}: one of " + ", ".join(names))
-    raw = {n: OmegaConf.to_container(OmegaConf.load(CONF_DIR / "experiment" / f"{n}.yaml"), resolve=False) for n in names}
+    raw = raw_experiments()
     chosen = opts["experiments"] or names
     if opts["family"]:
         families = sorted({str(r.get("family", "")) for r in raw.values()})

@@ -73,14 +73,9 @@ def first_number(text: str) -> float | None:
 
 
 def _experiment_configs() -> dict[str, dict]:
-    from omegaconf import OmegaConf
+    from pipelines.config import raw_experiments
 
-    from pipelines.config import CONF_DIR
-
-    out = {}
-    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
-        out[path.stem] = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    return out
+    return raw_experiments()
 
 
 class _Artifacts:
