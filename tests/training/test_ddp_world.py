@@ -177,3 +177,14 @@ def test_ranks_take_turns_and_give_theirs_up_while_they_wait():
     # Assert: never two ranks at once, and every collective completed (no rank kept the turn while waiting)
     assert most[0] == 1
     assert sums == [float(sum(r + s for r in range(3) for s in range(4)))] * 3
+
+
+def test_ray_train_asks_for_gpus_and_nccl_only_on_cuda():
+    # Prepare / Execute: the worker group of a cpu and of a cuda variant (no Ray started)
+    from components.training.ddp.runner import scaling
+
+    cpu_torch, cpu = scaling(4, 0.5, "cpu")
+    gpu_torch, gpu = scaling(4, 0.5, "cuda")
+    # Assert
+    assert cpu_torch.backend == "gloo" and not cpu.use_gpu and cpu.resources_per_worker == {"CPU": 0.5}
+    assert gpu_torch.backend == "nccl" and gpu.use_gpu and gpu.resources_per_worker == {"CPU": 0.5, "GPU": 1}

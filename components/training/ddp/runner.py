@@ -1,4 +1,5 @@
-"""Launch a data-parallel job on Ray Train: TorchTrainer, CPU workers with fractional CPUs, gloo.
+"""Launch a data-parallel job on Ray Train: TorchTrainer, workers with fractional CPUs over gloo, or
+with one GPU each over NCCL when the variant runs on cuda (``device``, the task's ``ctx.device``).
 
 A worker that dies ends the job at once (``FailureConfig(max_failures=0)``) and :func:`fit` raises
 :class:`DataParallelFailed` with Ray Train's reason, so the variant's MLflow run ends FAILED.
@@ -25,13 +26,24 @@ class DataParallelFailed(RuntimeError):
 PG_REMOVED = "placement group was removed"
 
 
+def scaling(workers: int, worker_cpus: float, device: str = "cpu", timeout_s: int = 120):
+    """(TorchConfig, ScalingConfig) for ``device``: gloo on cpu; NCCL and one GPU per worker on cuda."""
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchConfig
+
+    gpu = device == "cuda"
+    per_worker = {"CPU": worker_cpus, **({"GPU": 1} if gpu else {})}
+    return (TorchConfig(backend="nccl" if gpu else "gloo", timeout_s=timeout_s),
+            ScalingConfig(num_workers=workers, use_gpu=gpu, resources_per_worker=per_worker))
+
+
 def fit(train_fn, config: dict, workers: int, worker_cpus: float, storage: Path, name: str,
-        timeout_s: int = 120, retries: int = 1) -> dict:
+        timeout_s: int = 120, retries: int = 1, device: str = "cpu") -> dict:
     """Run ``train_fn(config)`` on ``workers`` gloo workers; returns rank 0's result.json (a run whose
     placement group the cleaner removed is started again, ``retries`` times)."""
     for attempt in range(retries + 1):
         try:
-            return _fit(train_fn, config, workers, worker_cpus, storage, name, timeout_s)
+            return _fit(train_fn, config, workers, worker_cpus, storage, name, timeout_s, device)
         except DataParallelFailed as e:
             if PG_REMOVED not in str(e) or attempt == retries:
                 raise
@@ -40,20 +52,19 @@ def fit(train_fn, config: dict, workers: int, worker_cpus: float, storage: Path,
 
 
 def _fit(train_fn, config: dict, workers: int, worker_cpus: float, storage: Path, name: str,
-         timeout_s: int) -> dict:
+         timeout_s: int, device: str = "cpu") -> dict:
     os.environ.setdefault("RAY_AUTH_MODE", "token")  # standalone use: Ray Train's own ray.init authenticates too
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train import FailureConfig, RunConfig
+    from ray.train.torch import TorchTrainer
 
     import uuid
 
     name = f"{name}-{uuid.uuid4().hex[:8]}"  # a fresh run: never resume an old snapshot
     storage = Path(storage).resolve()
     storage.mkdir(parents=True, exist_ok=True)
+    torch_config, scaling_config = scaling(workers, worker_cpus, device, timeout_s)
     trainer = TorchTrainer(
-        train_fn, train_loop_config=config,
-        torch_config=TorchConfig(backend="gloo", timeout_s=timeout_s),
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": worker_cpus}),
+        train_fn, train_loop_config=config, torch_config=torch_config, scaling_config=scaling_config,
         run_config=RunConfig(name=name, storage_path=str(storage), failure_config=FailureConfig(max_failures=0)))
     try:
         result = trainer.fit()

@@ -150,11 +150,11 @@ def run_data_parallel(p: DPParams, ctx, method: str, strategy: str = "sync") -> 
     ctx.progress(0, 1, phase=0)
     if p.execution == "ray_train":
         return summarize(p, method, fit(train_worker, cfg, p.workers, p.worker_cpus, ctx.workdir / "ray_train",
-                                        name, p.timeout_s))
+                                        name, p.timeout_s, device=ctx.device))
     check = None
     if p.ray_check_steps:   # the prefix on the real workers first: a broken gloo path fails fast
         check = fit(train_worker, {**cfg, "stop_after": p.ray_check_steps}, p.workers, p.worker_cpus,
-                    ctx.workdir / "ray_train", f"{name}-check", p.timeout_s)
+                    ctx.workdir / "ray_train", f"{name}-check", p.timeout_s, device=ctx.device)
     out = train_in_process({**cfg, "check_steps": p.ray_check_steps})
     res = summarize(p, method, out)
     res.info["execution"] = "in_process: the ranks are threads (collective seconds are thread waits)"
