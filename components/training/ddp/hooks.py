@@ -12,6 +12,8 @@ averaged gradient DDP writes back to ``param.grad``:
   With ``cache`` (a callable) it hands the bucket to it first, which keeps the full-precision local gradient
   (DUO's slow path: one contiguous copy of the bucket into a persistent buffer).
 - :func:`powersgd_hook` - torch's own PowerSGD hook, wrapped to count its all-reduced elements.
+
+Every buffer a hook makes takes the device and dtype of the bucket it was given (CUDA buckets under NCCL).
 """
 import time
 from dataclasses import dataclass, field
@@ -78,7 +80,7 @@ def codec_hook(state: CodecState, bucket) -> torch.futures.Future[torch.Tensor]:
     v = g
     if state.error_feedback:  # residuals are kept per parameter: DDP reorders its bucket after step 0
         params, views = bucket.parameters(), bucket.gradients()
-        v = g + torch.cat([state.errors.get(id(p), torch.zeros(gv.numel())) for p, gv in zip(params, views)])
+        v = g + torch.cat([state.errors.get(id(p), gv.new_zeros(gv.numel())) for p, gv in zip(params, views)])
     payload = state.codec.encode(v)
     if state.error_feedback:
         resid = v - state.codec.decode(payload, n)
