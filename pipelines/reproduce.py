@@ -279,9 +279,33 @@ def job_command(job: Job, passthrough: list[str]) -> list[str]:
     return [sys.executable, "-m", "pipelines.cli", "run", *job.overrides, *passthrough]
 
 
+STOP_GRACE_S = 120.0
+
+
+def stop_child(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """End a running `dtlab run` child as Ctrl-C ends a run (its MLflow runs KILLED, with the reason) and
+    wait for it; SIGKILL only after ``grace_s``. It gets SIGTERM, which its DAG takes like Ctrl-C, not
+    SIGINT: a reproduce started in the background by a non-interactive shell (`... &`, nohup) runs with
+    SIGINT ignored, its children inherit that across exec, and a SIGINT would leave the child training
+    on. A second Ctrl-C during the grace period does not cut the wait short: the child is never left
+    running behind a reproduce that has exited."""
+    child.send_signal(signal.SIGTERM)   # its own session: the terminal's Ctrl-C reached us only
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
 def run_job(job: Job, passthrough: list[str], log_dir: Path, tick) -> int:
     """Run one job as `dtlab run` in a child process (output to its log); its exit code. Samples the
-    process tree's memory; Ctrl-C is passed on to the child, which ends its runs KILLED."""
+    process tree's memory; Ctrl-C is passed on to the child (:func:`stop_child`), which ends its runs KILLED."""
     import psutil
 
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -298,12 +322,7 @@ def run_job(job: Job, passthrough: list[str], log_dir: Path, tick) -> int:
                 tick()
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            child.send_signal(signal.SIGINT)  # its own session: the terminal's Ctrl-C reached us only
-            try:
-                child.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                child.terminate()
-                child.wait()
+            stop_child(child)
             job.state, job.wall_s, job.returncode = "killed", time.time() - job.started, child.returncode
             raise
     job.wall_s, job.returncode = time.time() - job.started, child.returncode

@@ -290,11 +290,12 @@ def test_robustness_on_an_experiment_without_a_block_is_refused(tmp_path, monkey
 
 
 def test_ctrl_c_stops_the_running_child_and_marks_the_job_killed(tmp_path, monkeypatch):
-    # Prepare: a job whose child sleeps; the progress callback raises KeyboardInterrupt (Ctrl-C) once
-    # the child runs
+    # Prepare: a job whose child ignores SIGINT (as under a background shell) and ends on SIGTERM with 7;
+    # the progress callback raises KeyboardInterrupt (Ctrl-C) once the child runs
     monkeypatch.setattr(reproduce, "job_command", lambda job, passthrough: [
-        sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGINT, lambda *a: sys.exit(7)); "
-                              "print('up', flush=True); time.sleep(60)"])
+        sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                              "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); print('up', flush=True); "
+                              "time.sleep(60)"])
     job = reproduce.Job(EXP, "", [], None)
     seen = []
 
@@ -306,8 +307,44 @@ def test_ctrl_c_stops_the_running_child_and_marks_the_job_killed(tmp_path, monke
     # Execute
     with pytest.raises(KeyboardInterrupt):
         reproduce.run_job(job, [], tmp_path / "logs", tick)
-    # Assert: the child got SIGINT and ended (its exit code 7), the job is killed, not done
+    # Assert: the child got SIGTERM and ended (its exit code 7), the job is killed, not done
     assert job.state == "killed" and job.returncode == 7 and seen
+
+
+def test_a_second_ctrl_c_while_the_child_stops_never_leaves_it_running(tmp_path):
+    # Prepare: a child that takes 0.5 s to stop after SIGTERM; its wait is interrupted once (a second Ctrl-C)
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; "
+                              "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), sys.exit(5))); "
+                              "print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "up"
+    real_wait, calls = child.wait, []
+
+    def wait(timeout=None):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_wait(timeout)
+
+    child.wait = wait
+    # Execute
+    reproduce.stop_child(child, grace_s=30)
+    # Assert: it waited on after the second interrupt, and the child ended by its own handler (not SIGKILL)
+    assert len(calls) >= 2 and child.returncode == 5
+
+
+def test_a_child_that_outlives_the_grace_period_is_killed(tmp_path):
+    # Prepare: a child that ignores SIGTERM
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                              "print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "up"
+    # Execute
+    reproduce.stop_child(child, grace_s=0.5)
+    # Assert
+    assert child.returncode == -9
 
 
 def test_eta_adds_the_last_wall_times_of_what_is_left():

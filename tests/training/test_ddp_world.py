@@ -148,37 +148,6 @@ def test_what_cannot_run_in_process_is_one_line(over, key):
     assert e.value.key == key and "\n" not in str(e.value)
 
 
-def test_ranks_take_turns_and_give_theirs_up_while_they_wait():
-    # Prepare: 3 ranks, one computing at a time; each "computes" (sleeps) between all-reduces
-    import threading
-    import time
-
-    from components.training.ddp.world import run_ranks
-
-    lock, now, most = threading.Lock(), [0], [0]
-
-    def rank_fn(rank, group, _pg):
-        total = torch.zeros(1)
-        for step in range(4):
-            with lock:
-                now[0] += 1
-                most[0] = max(most[0], now[0])
-            time.sleep(0.01)
-            with lock:
-                now[0] -= 1
-            x = torch.full((1,), float(rank + step))
-            all_reduce(x, group=group)
-            total += x
-        return float(total)
-
-    # Execute
-    sums = run_ranks(rank_fn, 3, active=1)
-
-    # Assert: never two ranks at once, and every collective completed (no rank kept the turn while waiting)
-    assert most[0] == 1
-    assert sums == [float(sum(r + s for r in range(3) for s in range(4)))] * 3
-
-
 def test_ray_train_asks_for_gpus_and_nccl_only_on_cuda():
     # Prepare / Execute: the worker group of a cpu and of a cuda variant (no Ray started)
     from components.training.ddp.runner import scaling

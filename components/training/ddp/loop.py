@@ -151,8 +151,7 @@ def train_in_process(cfg: dict) -> dict:
     from components.training.ddp.world import run_ranks
 
     train, val, world = np.asarray(cfg["train"]), np.asarray(cfg["val"]), cfg["workers"]
-    ranks = run_ranks(lambda rank, group, pg: run_seed(cfg, cfg["seed"], train, val, rank, world, group, pg), world,
-                      active=cfg.get("rank_threads", 1))
+    ranks = run_ranks(lambda rank, group, pg: run_seed(cfg, cfg["seed"], train, val, rank, world, group, pg), world)
     return {"ranks": ranks, "world": world}
 
 

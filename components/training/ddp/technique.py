@@ -56,7 +56,6 @@ class DPParams:
     takeover: dict | None = None         # MeCeFO neighbour takeover (components.training.ddp.takeover)
     execution: Literal["ray_train", "in_process"] = "ray_train"   # gloo worker processes, or rank threads
     ray_check_steps: int = 0             # in_process: these first steps also run on Ray Train, compared
-    rank_threads: int = 1                # in_process: ranks computing at once (the others wait their turn)
 
     def check(self):
         from components.models.gpt import SIZES
@@ -83,8 +82,6 @@ class DPParams:
         require(self.powersgd_rank >= 1, "powersgd_rank", self.powersgd_rank, "a positive rank")
         require(self.timeout_s >= 5, "timeout_s", self.timeout_s, "at least 5 seconds")
         require(self.execution in ("ray_train", "in_process"), "execution", self.execution, "ray_train or in_process")
-        require(isinstance(self.rank_threads, int) and 1 <= self.rank_threads <= self.workers, "rank_threads",
-                self.rank_threads, f"an integer in [1, workers={self.workers}]")
         require(isinstance(self.ray_check_steps, int) and 0 <= self.ray_check_steps < self.steps, "ray_check_steps",
                 self.ray_check_steps, f"an integer in [0, steps={self.steps})")
         require(self.ray_check_steps == 0 or self.execution == "in_process", "ray_check_steps", self.ray_check_steps,

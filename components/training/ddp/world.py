@@ -28,36 +28,12 @@ from typing import Any, Callable
 import torch
 
 
-class Turns:
-    """At most ``active`` ranks of a world compute at once; a rank gives its turn up while it waits in a
-    collective. The ranks are in lock-step anyway, so taking turns loses no throughput, while W threads
-    computing at once on fewer cores (and two jobs beside each other) thrash the caches: the rank
-    threads' CPU time per forward went up 1.7x with 8 threads on 2 cores."""
-
-    def __init__(self, active: int):
-        self._sem = threading.Semaphore(active)
-        self._local = threading.local()
-
-    def take(self) -> None:
-        self._sem.acquire()
-        self._local.held = True
-
-    def give(self) -> bool:
-        """Give the turn up if this thread holds it; whether it did."""
-        if getattr(self._local, "held", False):
-            self._local.held = False
-            self._sem.release()
-            return True
-        return False
-
-
 class VirtualGroup:
     """Collectives among the threads of :func:`run_ranks`, one call per rank, every rank in the same
     order (as in gloo). Results are computed once, in rank order, by the last rank to arrive."""
 
-    def __init__(self, world: int, turns: Turns | None = None):
+    def __init__(self, world: int):
         self.world = world
-        self.turns = turns
         self._lock = threading.Condition()
         self._round: dict[int, dict] = {}      # round number -> {"parts": {rank: tensor}, "result": ...}
         self._next: dict[int, int] = {}        # rank -> its next round number
@@ -85,22 +61,16 @@ class VirtualGroup:
             return rnd | {"n": n}
 
     def _result(self, n: int) -> Any:
-        gave = False
         with self._lock:
             while self._round[n]["result"] is None:
                 if self.broken is not None:
                     raise RuntimeError(f"in-process rank failed: {type(self.broken).__name__}: {self.broken}")
-                if not gave and self.turns is not None:
-                    gave = self.turns.give()     # let the ranks still to arrive compute meanwhile
                 self._lock.wait(timeout=1.0)
             rnd = self._round[n]
             rnd["taken"] += 1
             if rnd["taken"] == self.world:
                 del self._round[n]
-            result = rnd["result"]
-        if gave:   # outside the lock: a rank holding a turn never waits for this lock while we wait for a turn
-            self.turns.take()
-        return result
+            return rnd["result"]
 
 
 class RankGroup:
@@ -208,9 +178,9 @@ def destroy_group(group) -> None:
         dist.destroy_process_group(group)
 
 
-def run_ranks(fn: Callable[[int, RankGroup, Any], Any], world: int, active: int = 1) -> list:
-    """Run ``fn(rank, group, process_group)`` for every rank in its own thread; the results in rank order.
-    ``active``: how many ranks compute at once (:class:`Turns`).
+def run_ranks(fn: Callable[[int, RankGroup, Any], Any], world: int) -> list:
+    """Run ``fn(rank, group, process_group)`` for every rank in its own thread (one intra-op thread
+    each, all computing at once); the results in rank order.
 
     ``group`` is the rank's handle for the hooks' collectives; ``process_group`` a private one-rank gloo
     group for the rank's DDP wrapper (made here, on the calling thread; destroyed after). If a rank
@@ -221,9 +191,8 @@ def run_ranks(fn: Callable[[int, RankGroup, Any], Any], world: int, active: int 
     owns_default = not dist.is_initialized()
     if owns_default:   # a one-rank default group: new_group needs one; nothing leaves this process
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    turns = Turns(active)
-    vg = VirtualGroup(world, turns)
-    vg.slow = VirtualGroup(world, turns)
+    vg = VirtualGroup(world)
+    vg.slow = VirtualGroup(world)
     pgs = [dist.new_group(ranks=[0], backend="gloo") for _ in range(world)]
     results: list = [None] * world
     errors: list = [None] * world
@@ -232,14 +201,11 @@ def run_ranks(fn: Callable[[int, RankGroup, Any], Any], world: int, active: int 
     def body(rank: int) -> None:
         try:
             torch.set_num_threads(1)
-            turns.take()
             results[rank] = fn(rank, vg.bind(rank), pgs[rank])
         except BaseException as e:  # noqa: BLE001 - handed to the caller below, with the rank
             errors[rank] = e
             vg.abort(e)
             vg.slow.abort(e)
-        finally:
-            turns.give()
 
     threads = [threading.Thread(target=body, args=(r,), name=f"dp-rank-{r}", daemon=True) for r in range(world)]
     try:
