@@ -137,14 +137,14 @@ def closed_form_worker(rank: int, world: int, port: int, out: str) -> None:
     _exit_now(dist)
 
 
-TAKEOVER = {  # name -> config overrides: replica 1 down for steps 3..7 of 12 (kills [[3, 1]], down 5)
+TAKEOVER = {  # name -> config overrides: replica 1 down for steps 3..7 of 12 (kills [[3, 1]], down 5; svd bases refreshed every 4 steps: the takes straddle a refresh)
     "none": dict(takeover={"recovery": "none"}),
     "ndb": dict(takeover={"recovery": "ndb", "kills": [[3, 1]], "down_steps": 5}),
     "mecefo_exact": dict(takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5, "skip_attn": False,
                                    "lowrank": False}),
-    "mecefo": dict(takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5}),
+    "mecefo": dict(takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5, "refresh": 4}),
     "fal_duo_mecefo": dict(block="fal", method="duo", bits=1, strategy=DuoStrategy,
-                           takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5}),
+                           takeover={"recovery": "mecefo", "kills": [[3, 1]], "down_steps": 5, "refresh": 4}),
 }
 
 
@@ -153,4 +153,4 @@ def takeover_worker(rank: int, world: int, port: int, out: str) -> None:
     writes what each produced."""
     base = {**BASE_CFG, "method": "fp32", "model": dict(BASE_CFG["model"], n_layer=2)}
     _run_named(rank, world, port, out, {n: {**base, **over} for n, over in TAKEOVER.items()},
-               ("param_checksum", "takes", "take_cost_ratio", "final_val_loss", "train_loss"))
+               ("param_checksum", "takes", "take_cost_ratio", "refresh_cost_ratio", "final_val_loss", "train_loss"))

@@ -46,7 +46,9 @@ def test_approximate_takeover_changes_weights_and_ranks_agree(takeover_runs):
         assert r0[name]["param_checksum"] == r1[name]["param_checksum"], name
         assert r0[name]["takes"] == 5 and math.isfinite(r0[name]["final_val_loss"])
         assert 0.2 < r0[name]["take_cost_ratio"] < 5, name       # a CPU-time ratio, measured
+        assert r0[name]["refresh_cost_ratio"] > 0, name          # one refresh of the svd bases, measured
     assert r0["ndb"]["take_cost_ratio"] == 1.0                   # the exact micro-batch, by definition
+    assert r0["ndb"]["refresh_cost_ratio"] == 0.0                # no bases to refresh
 
 
 @pytest.mark.parametrize("block", ["pre_ln", "parallel", "fal", "fal_plus"])
@@ -88,6 +90,8 @@ def test_bad_takeover_input_is_one_line():
         TakeoverSpec.parse({"recovery": "retry"}, 4, 64)
     with pytest.raises(ConfigError, match="takeover.rank"):
         TakeoverSpec.parse({"recovery": "mecefo", "rank": 10_000}, 4, 64)
+    with pytest.raises(ConfigError, match="takeover.refresh"):
+        TakeoverSpec.parse({"recovery": "mecefo", "refresh": 0}, 4, 64)
     with pytest.raises(ConfigError, match="takeover"):
         TakeoverSpec.parse({"recover": "ndb"}, 4, 64)
     with pytest.raises(ConfigError, match="block"):

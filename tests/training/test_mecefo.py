@@ -11,7 +11,8 @@ from torch.nn import functional as F
 from components.core.errors import ConfigError
 from components.models.gpt import GPT, GPTConfig
 from components.training.mecefo import simtime
-from components.training.mecefo.approx import Approx, LowRankLinear, SavedBytes, grad_of, microbatch_loss, projection
+from components.training.mecefo.approx import (Approx, Bases, LowRankLinear, SavedBytes, ffn_linears, grad_of,
+                                               microbatch_loss, projection)
 from components.training.mecefo.schedule import failure_schedule, fixed_schedule, recoveries, takeover
 from components.training.mecefo.technique import MeCeFOParams
 
@@ -108,6 +109,50 @@ def test_svd_basis_projects_the_ffn_weight_gradient_on_w_top_right_singular_vect
             assert torch.allclose(g1[n], ex[n], atol=1e-6), n
 
 
+def test_held_svd_bases_give_the_gradient_of_bases_computed_now():
+    # Prepare: the svd bases of the current weights, held
+    m, x, y = _model_and_batch(n_layer=2)
+    a = Approx(skip_attn=True, recompute_ffn=True, lowrank=True, rank=4, basis="svd", refresh=50)
+    bases = Bases(a).at(m, 0)
+    # Execute
+    held = grad_of(m, x, y, a, bases=bases)
+    now = grad_of(m, x, y, a)
+    # Assert: the same weights, the same projections, the same gradient bit for bit
+    assert torch.equal(held, now) and bases.refreshes == 1 and bases.seconds > 0
+
+
+def test_svd_bases_are_refreshed_at_window_starts_from_that_steps_weights():
+    # Prepare: refresh every 3 steps; the weights move every step
+    m, _, _ = _model_and_batch(n_layer=1)
+    bases = Bases(Approx(rank=4, refresh=3))
+    seen = []
+    # Execute
+    for step in range(7):
+        bases.at(m, step)
+        seen.append([P.clone() for P in bases.Ps])
+        with torch.no_grad():
+            for lin in ffn_linears(m):
+                lin.weight.add_(0.05 * torch.randn_like(lin.weight))
+    # Assert: refreshed at 0, 3, 6; held between; each P the svd basis of the weights it was refreshed on
+    assert bases.refreshes == 3
+    same = [all(torch.equal(p, q) for p, q in zip(seen[t], seen[t - 1])) for t in range(1, 7)]
+    assert same == [True, True, False, True, True, False]
+    for lin, P in zip(ffn_linears(m), bases.Ps):      # step 6's weights moved after the refresh
+        assert not torch.allclose(P, projection(lin.weight, 4, None, "svd"), atol=1e-4)
+
+
+def test_gaussian_or_full_rank_modes_never_use_held_svd_bases():
+    # Prepare: held rank-4 svd bases; a gaussian mode and a full-rank mode
+    m, x, y = _model_and_batch(n_layer=1)
+    bases = Bases(Approx(rank=4)).at(m, 0)
+    gauss = Approx(rank=4, basis="gaussian")
+    full = Approx(skip_attn=False, rank=4 * D)
+    # Execute / Assert: each equals its own computation without bases
+    assert torch.equal(grad_of(m, x, y, gauss, torch.Generator().manual_seed(3), bases=bases),
+                       grad_of(m, x, y, gauss, torch.Generator().manual_seed(3)))
+    assert torch.allclose(grad_of(m, x, y, full, bases=bases), grad_of(m, x, y, None), atol=1e-6)
+
+
 @pytest.mark.parametrize("block", ["pre_ln", "fal_plus"])
 def test_skipped_params_are_exactly_those_a_skipped_micro_batch_leaves_without_gradient(block):
     # Prepare
@@ -202,6 +247,7 @@ def test_virtual_clock_is_the_slowest_live_replica_plus_the_allreduce():
     (dict(rank=-1), "rank"),
     (dict(actor_kills=[[30, 1]], actor_steps=24), "actor_kills"),
     (dict(n_head=3), "n_head"),
+    (dict(refresh=0), "refresh"),
 ])
 def test_bad_input_is_one_config_error(kw, key):
     with pytest.raises(ConfigError) as e:
@@ -235,7 +281,8 @@ def test_batched_exact_pass_equals_the_per_replica_arithmetic():
 
 
 def test_recovery_modes_on_one_schedule():
-    # Prepare: a tiny setup, a timing table where a MeCeFO micro-batch costs 0.6 of an exact one
+    # Prepare: a tiny setup, a timing table where a MeCeFO micro-batch costs 0.6 of an exact one and one refresh
+    # of the svd bases 2 (every 10 steps: 0.2 a step)
     from components.core.context import RunContext
     from components.data.char_corpus import build_corpus
     from components.training.mecefo.technique import run_mecefo
@@ -243,17 +290,19 @@ def test_recovery_modes_on_one_schedule():
 
     c = build_corpus(max_chars=20_000)
     timing = {"modes": {k: {"s": 1.0 if a is None else 0.6, "saved_bytes": 100 if a is None else 10}
-                        for k, a in all_modes(0).items()}}
+                        for k, a in all_modes(0).items()}, "svd_refresh_s": 2.0}
     kw = dict(n_layer=1, n_head=2, d_model=16, context=16, batch=2, steps=30, warmup=2, eval_every=10,
-              eval_batch=4, eval_batches=1, final_eval_batches=1, failure_rate=0.1, down_steps=5)
+              eval_batch=4, eval_batches=1, final_eval_batches=1, failure_rate=0.1, down_steps=5, refresh=10)
     # Execute: every recovery mode on seed 0 (the same failure draws)
     m = {r: run_mecefo(MeCeFOParams(recovery=r, **kw), RunContext(seed=0, inputs={"corpus": c, "timing": timing})).metrics
          for r in ("fault_free", "ndb", "mecefo", "ckpt_restart")}
     # Assert: exact takeover = fault-free math; MeCeFO's approximations change the loss; the clock charges
-    # NDB 2x and MeCeFO 1.6x per overloaded replica, checkpoint-restart its restarts
+    # NDB 2x and MeCeFO 1.6x per overloaded replica plus its refresh share (0.2), checkpoint-restart its restarts
     assert m["ndb"]["final_val_loss"] == m["fault_free"]["final_val_loss"] == m["ckpt_restart"]["final_val_loss"]
     assert m["mecefo"]["final_val_loss"] != m["fault_free"]["final_val_loss"]
-    assert m["ndb"]["overloaded_step_ratio"] == 2.0 and m["mecefo"]["overloaded_step_ratio"] == pytest.approx(1.6)
+    assert m["ndb"]["overloaded_step_ratio"] == 2.0 and m["mecefo"]["overloaded_step_ratio"] == pytest.approx(1.8)
+    assert m["mecefo"]["refresh_share"] == pytest.approx(0.2) and m["mecefo"]["basis_refreshes"] == 3
+    assert m["ndb"]["refresh_share"] == 0.0
     assert m["mecefo"]["saved_activation_ratio_timing"] == pytest.approx(1.1)
     assert abs(m["fault_free"]["throughput_loss"]) < 1e-12
     assert 0 < m["mecefo"]["throughput_loss"] < m["ndb"]["throughput_loss"]

@@ -12,7 +12,8 @@ from components.training.mecefo.schedule import fixed_schedule
 from components.training.mecefo.technique import MeCeFOParams
 from components.training.mecefo.train import params_vector, train
 
-SETUP = dict(n_layer=1, n_head=2, d_model=16, context=16, batch=2, steps=10, warmup=1, eval_every=5)
+SETUP = dict(n_layer=1, n_head=2, d_model=16, context=16, batch=2, steps=10, warmup=1, eval_every=5,
+             refresh=3)   # svd bases refreshed at 0, 3, 6, 9: both replicas come back mid-window
 
 
 @pytest.fixture(scope="module")

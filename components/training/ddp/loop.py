@@ -129,6 +129,7 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None
            "paths": {k: vars(v).copy() for k, v in strat.paths.items()},
            "exposed_slow_s": strat.exposed_s, "takes": tk.takes if tk else 0,
            "take_cost_ratio": tk.cost_ratio(ddp, train, cfg["batch"], ctx_len) if tk and not cfg.get("stop_after") else 1.0}
+    out["refresh_cost_ratio"] = tk.refresh_cost_ratio(ddp) if tk and not cfg.get("stop_after") else 0.0
     if rank == 0 and check_weights is not None:
         out.update(check_weights=check_weights.tolist(), check_train_loss=train_loss[:check_at])
     if rank == 0 and cfg.get("stop_after"):

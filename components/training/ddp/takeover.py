@@ -10,8 +10,9 @@ collectives with a zero gradient (its loss times 0), so the all-reduce's mean ov
 fault-free mean gradient for ``ndb``. The down replica's process stays alive: here the failure is the
 schedule's, not a killed process (the ``mecefo`` experiment kills and restarts real actors).
 
-Every micro-batch, whoever computes it, is drawn from (seed, step, j) and its projections from the
-same triple, so variants with and without failures see the same data.
+Every micro-batch, whoever computes it, is drawn from (seed, step, j) and its gaussian projections from
+the same triple, so variants with and without failures see the same data. The svd bases are every
+rank's own, refreshed at the same steps from the same weights (:class:`~components.training.mecefo.approx.Bases`).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from components.core.errors import require
-from components.training.mecefo.approx import Approx, approximated, check_basis, check_rank
+from components.training.mecefo.approx import Approx, Bases, approximated, check_basis, check_rank, check_refresh
 from components.training.mecefo.schedule import failure_schedule, fixed_schedule, takeover
 from components.training.mecefo.train import draw, projection_gen
 
@@ -40,6 +41,7 @@ class TakeoverSpec:
     lowrank: bool = True
     rank: int = 0                       # 0: in/8 per FFN linear
     basis: str = "svd"                  # the low-rank projection: svd (the paper) or gaussian (the sheet)
+    refresh: int = 200                  # svd: steps between basis refreshes (the sheet: 200)
 
     @classmethod
     def parse(cls, d: dict | None, workers: int, d_model: int) -> "TakeoverSpec":
@@ -57,6 +59,7 @@ class TakeoverSpec:
                 "takeover.kills", spec.kills, f"a list of [step, replica < workers={workers}]")
         check_rank(spec.rank, d_model, "takeover.rank")
         check_basis(spec.basis, "takeover.basis")
+        check_refresh(spec.refresh, "takeover.refresh")
         if spec.recovery != "none":
             require(workers >= 2, "workers", workers, "at least 2 for a takeover (a neighbour carries the batch)")
         return spec
@@ -72,7 +75,7 @@ class TakeoverSpec:
         # attention's gradient is the computing micro-batches' sum / n here (the mecefo experiment takes
         # their mean; doing so in DDP needs the strategies to rescale after the hook, DUO's slow path too)
         return Approx(skip_attn=self.skip_attn, recompute_ffn=self.recompute_ffn, lowrank=self.lowrank, rank=self.rank,
-                      basis=self.basis, attn_mean=False)
+                      basis=self.basis, attn_mean=False, refresh=self.refresh)
 
     def schedule(self, world: int, steps: int, seed: int):
         """(down set per step, failure onsets): the same on every rank and in the driver; none for
@@ -91,6 +94,7 @@ class Takeover:
         self.spec, self.seed, self.rank, self.world = spec, seed, rank, world
         self.sets, self.events = spec.schedule(world, steps, seed)
         self.approx = spec.approx()
+        self.bases = Bases(self.approx) if self.approx is not None else None
         self.takes = 0
 
     def is_down(self, step: int) -> bool:
@@ -106,12 +110,16 @@ class Takeover:
 
     def run_extras(self, ddp, train, batch: int, context: int, step: int) -> float:
         """Forward and backward of the taken-over micro-batches, gradients accumulated without a sync;
-        returns their wall seconds (charged to the takeover, not to the rank's own phases)."""
-        t_all = 0.0
+        returns their wall seconds (charged to the takeover, not to the rank's own phases), the svd
+        bases' refresh included (every rank, every ``refresh`` steps, down or not)."""
+        t0 = time.perf_counter()
+        if self.bases is not None:
+            self.bases.at(ddp.module, step)
+        t_all = time.perf_counter() - t0
         for j in self.extras(step):
             x, y = self.batch(train, batch, context, step, j)
             t0 = time.perf_counter()
-            with ddp.no_sync(), approximated(ddp.module, self.approx, projection_gen(self.seed, step, j)):
+            with ddp.no_sync(), approximated(ddp.module, self.approx, projection_gen(self.seed, step, j), self.bases):
                 ddp(x, y)[1].backward()
             self.takes += 1
             t_all += time.perf_counter() - t0
@@ -121,6 +129,7 @@ class Takeover:
         """CPU cost of a taken micro-batch over an exact one (forward + backward, no sync), timed after
         training on one fixed micro-batch, exact and taken interleaved, medians of this thread's CPU time:
         the wall time of a rank's steps depends on what the other ranks on the same cores do meanwhile.
+        The taken one uses the svd bases held (their refresh is :meth:`refresh_cost_ratio`'s).
         Neighbour-do-both computes the exact micro-batch: 1 by definition."""
         import statistics
 
@@ -130,11 +139,26 @@ class Takeover:
 
         def cpu(a) -> float:
             c0 = time.thread_time()
-            with ddp.no_sync(), approximated(ddp.module, a, projection_gen(self.seed, -1, self.rank)):
+            with ddp.no_sync(), approximated(ddp.module, a, projection_gen(self.seed, -1, self.rank), self.bases):
                 ddp(x, y)[1].backward()
             ddp.module.zero_grad(set_to_none=True)
             return time.thread_time() - c0
 
         cpu(None), cpu(self.approx)            # warm-up
         exact, taken = zip(*((cpu(None), cpu(self.approx)) for _ in range(reps)))
-        return statistics.median(taken) / statistics.median(exact)
+        self._exact_cpu = statistics.median(exact)
+        return statistics.median(taken) / self._exact_cpu
+
+    def refresh_cost_ratio(self, ddp, reps: int = 5) -> float:
+        """CPU cost of one refresh of the svd bases (every FFN linear's SVD) over an exact micro-batch,
+        median of ``reps`` refreshes after :meth:`cost_ratio` (0 without svd bases)."""
+        import statistics
+
+        if self.bases is None or not self.bases.active or not getattr(self, "_exact_cpu", 0.0):
+            return 0.0
+        probe = Bases(self.approx)
+        secs = []
+        for _ in range(reps):
+            probe.refresh(ddp.module)
+            secs.append(probe.seconds)
+        return statistics.median(secs) / self._exact_cpu

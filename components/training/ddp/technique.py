@@ -226,8 +226,10 @@ def summarize(p: DPParams, method: str, out: dict) -> Result:
 def takeover_metrics(p: DPParams, ranks: list[dict], world: int, steps: int, t_exact: float, step_s: float) -> dict:
     """The takeover on the virtual clock: at each step the most loaded live rank first computes the
     micro-batches it took over (each at ``take_cost_ratio`` x the exact micro-batch), then the step as usual; the
-    fault-free step is the same without them. ``overloaded_step_ratio``: a rank's compute carrying one
-    extra micro-batch over its normal compute (the MeCeFO sheet's measure)."""
+    fault-free step is the same without them. Under MeCeFO's svd basis every rank also refreshes its bases once
+    per ``refresh`` steps (``refresh_cost_ratio`` x the exact micro-batch), charged to every step as its share.
+    ``overloaded_step_ratio``: a rank's compute carrying one extra micro-batch over its normal compute (the
+    MeCeFO sheet's measure), the refresh's share included."""
     from components.training.ddp.takeover import TakeoverSpec
     from components.training.mecefo.schedule import takeover
 
@@ -240,12 +242,13 @@ def takeover_metrics(p: DPParams, ranks: list[dict], world: int, steps: int, t_e
     # training, median over ranks), applied to the measured exact micro-batch
     rel = float(np.median([r["take_cost_ratio"] for r in ranks]))
     t_take = rel * t_exact
+    refresh_rel = float(np.median([r.get("refresh_cost_ratio", 0.0) for r in ranks])) / spec.refresh
     extra = [max(len(ld) - 1 for ld in takeover(down, world).values()) * t_take for down in sets]
-    sim = step_s + float(np.mean(extra))
+    sim = step_s + float(np.mean(extra)) + refresh_rel * t_exact
     return {"down_frac": float(np.mean([len(d) for d in sets])) / world, "failures": float(len(events)),
             "takeover_microbatches": float(sum(r["takes"] for r in ranks)), "take_s": t_take,
-            "take_cost_ratio": rel,
-            "overloaded_step_ratio": 1.0 + rel if spec.active else float("nan"),
+            "take_cost_ratio": rel, "refresh_share": refresh_rel,
+            "overloaded_step_ratio": 1.0 + rel + refresh_rel if spec.active else float("nan"),
             "sim_step_s_fault_free": step_s, "sim_step_s": sim, "throughput_loss": 1.0 - step_s / sim}
 
 

@@ -7,7 +7,7 @@ attention's gradient the mean over the micro-batches that computed it) and every
 the same update. A scheduled failure is ``ray.kill(actor, no_restart=False)``: the process dies and
 Ray restarts it (``max_restarts``); while it is down its ring neighbour carries its micro-batch.
 When it is due back the driver waits for the restarted process (a new pid), and it reloads
-weights and optimizer state from its neighbour before taking part again.
+weights, optimizer state and svd bases from its neighbour before taking part again.
 
 A replica that dies outside the schedule (or does not answer within ``timeout_s``) raises
 :class:`ReplicaDied` with Ray's reason: the variant ends FAILED, never hangs.
@@ -38,6 +38,9 @@ class Replica:
         self.recovery, self.approx, self.approx_own = recovery, approx, approx_own
         self.crash_at = tuple(crash_at) if crash_at else None
         self.model, self.opt = build(setup, vocab, seed)
+        from components.training.mecefo.approx import Bases
+
+        self.bases = Bases(approx) if recovery == "mecefo" else None
 
     def pid(self) -> int:
         return os.getpid()
@@ -48,8 +51,10 @@ class Replica:
         if self.crash_at == (self.rank, step):
             os._exit(3)  # a death outside the schedule (fault drill)
         t0 = time.perf_counter()
+        if self.bases is not None:
+            self.bases.at(self.model, step)
         g = replica_grad(self.model, self.train_data, self.setup, self.seed, step, self.rank, load,
-                         self.recovery, self.approx, self.approx_own)
+                         self.recovery, self.approx, self.approx_own, self.bases)
         return g, time.perf_counter() - t0
 
     def apply(self, g: torch.Tensor, lr: float) -> int:
@@ -59,11 +64,14 @@ class Replica:
         return self.rank
 
     def state(self) -> dict:
-        return {"model": self.model.state_dict(), "opt": self.opt.state_dict()}
+        return {"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                "bases": self.bases.state() if self.bases is not None else None}
 
     def load(self, state: dict) -> int:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
+        if self.bases is not None:
+            self.bases.load(state["bases"])
         return self.rank
 
     def params(self) -> torch.Tensor:

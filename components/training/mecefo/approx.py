@@ -18,6 +18,13 @@ For one micro-batch run in MeCeFO mode every block computes (spec sheet, per-lay
    0.72x for svd: ``benchmarks/bench_mecefo.py --basis-probe``). At ``r >= in``, ``P = I`` and the weight gradient is
    exact (the same custom backward, so the exactness check covers it).
 
+   The svd basis is refreshed periodically, not per micro-batch (the sheet: every 200 steps,
+   ``refresh``): :class:`Bases` holds every FFN linear's P, computed by every replica at the steps that
+   are multiples of ``refresh`` from the weights of that step, which every replica of synchronous data
+   parallelism holds alike. So P does not depend on who carries a micro-batch or in which order the
+   replicas run, and the SVDs cost ``Bases.seconds`` once per window, not once per taken micro-batch
+   (per micro-batch they made a taken micro-batch dearer than an exact one on the timing model).
+
 The attention a skipped micro-batch does not differentiate gets its step gradient from the
 micro-batches that computed it: :func:`skipped_params` names those parameters (LN1, attention, FAL+'s
 first-signal norm) and the step's reduction takes their mean over the computing micro-batches
@@ -30,6 +37,7 @@ backward (``torch.autograd.graph.saved_tensors_hooks``), parameters excluded, ea
 from __future__ import annotations
 
 import math
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -53,6 +61,7 @@ class Approx:
     rank: int = 0
     basis: str = "svd"        # svd: top-r right singular vectors of W; gaussian: N(0, 1/r) per step
     attn_mean: bool = True    # a skipped attention's gradient: mean over the micro-batches that computed it
+    refresh: int = 200        # svd: steps between recomputing the bases (:class:`Bases`); 1: every step
 
     def r(self, fan_in: int) -> int:
         """Rank of the weight-gradient sketch of a linear with ``fan_in`` inputs (fan_in: exact)."""
@@ -68,6 +77,11 @@ class Approx:
 
 def check_basis(basis: str, key: str = "basis") -> None:
     require(basis in BASES, key, basis, "one of " + ", ".join(BASES))
+
+
+def check_refresh(refresh: int, key: str = "refresh") -> None:
+    require(isinstance(refresh, int) and not isinstance(refresh, bool) and refresh >= 1, key, refresh,
+            "a positive number of steps between svd basis refreshes (1: every step)")
 
 
 def check_rank(rank: int, d_model: int, key: str = "rank") -> None:
@@ -94,7 +108,7 @@ class LowRankLinear(torch.autograd.Function):
         return gx, gw, g.sum(0) if ctx.has_bias else None, None
 
 
-def projection(weight: torch.Tensor, r: int, gen: torch.Generator, basis: str = "svd") -> torch.Tensor:
+def projection(weight: torch.Tensor, r: int, gen: torch.Generator | None, basis: str = "svd") -> torch.Tensor:
     """P (in x r) for a linear's ``weight`` (out x in): its top-r right singular vectors (``svd``) or
     Gaussian / sqrt(r) (``gaussian``, unbiased sketch); the identity at full rank."""
     fan_in = weight.shape[1]
@@ -103,6 +117,50 @@ def projection(weight: torch.Tensor, r: int, gen: torch.Generator, basis: str = 
     if basis == "svd":
         return torch.linalg.svd(weight.detach(), full_matrices=False).Vh[:r].t().contiguous()
     return torch.randn(fan_in, r, generator=gen) / math.sqrt(r)
+
+
+def ffn_linears(model) -> list:
+    """Every block's two FFN linears (up, down): the weights MeCeFO sketches."""
+    return [lin for blk in model.blocks for lin in (blk.mlp[0], blk.mlp[2])]
+
+
+class Bases:
+    """One replica's svd projections (``a.basis == "svd"``), refreshed at the steps that are multiples of
+    ``a.refresh`` from the weights of that step (:meth:`at`, called by the training loops every step
+    before anything is computed). ``seconds``: thread CPU time of the last refresh; ``refreshes``:
+    how many ran. Its state travels with a replica's weights (:meth:`state` / :meth:`load`), so a
+    replica restarted mid-window uses its neighbour's P, as if it had never been down."""
+
+    def __init__(self, a: "Approx"):
+        self.a = a
+        self.Ps: list[torch.Tensor] | None = None     # P (in x r) of every FFN linear, ffn_linears order
+        self.seconds, self.refreshes = 0.0, 0
+
+    @property
+    def active(self) -> bool:
+        return self.a.lowrank and self.a.basis == "svd"
+
+    def at(self, model, step: int) -> "Bases":
+        """Refresh from ``model``'s weights if ``step`` opens a window (or none is held yet)."""
+        if self.active and (self.Ps is None or step % self.a.refresh == 0):
+            self.refresh(model)
+        return self
+
+    def refresh(self, model) -> None:
+        c0 = time.thread_time()
+        self.Ps = [projection(lin.weight, self.a.r(lin.in_features), None, "svd") for lin in ffn_linears(model)]
+        self.seconds = time.thread_time() - c0
+        self.refreshes += 1
+
+    def of_block(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block ``i``'s (P_up, P_down)."""
+        return self.Ps[2 * i], self.Ps[2 * i + 1]
+
+    def state(self) -> list[torch.Tensor] | None:
+        return None if self.Ps is None else [P.clone() for P in self.Ps]
+
+    def load(self, state: list[torch.Tensor] | None) -> None:
+        self.Ps = None if state is None else [P.clone() for P in state]
 
 
 def skipped_params(model) -> list[torch.nn.Parameter]:
@@ -174,17 +232,22 @@ def check_model(model) -> None:
 
 
 @contextmanager
-def approximated(model, a: Approx | None, gen: torch.Generator | None = None):
-    """Run ``model`` with MeCeFO blocks (projections drawn from ``gen``) inside the block; None: exact."""
+def approximated(model, a: Approx | None, gen: torch.Generator | None = None, bases: Bases | None = None):
+    """Run ``model`` with MeCeFO blocks inside the block; None: exact. Projections: the svd ``bases``
+    held for this window, else computed now (svd of the current weights; gaussian drawn from ``gen``)."""
     if a is None:
         yield model
         return
     check_model(model)
     gen = gen or torch.Generator().manual_seed(0)
-    for blk in model.blocks:
+    held = (bases is not None and bases.Ps is not None and a.lowrank and a.basis == "svd"
+            and bases.a.rank == a.rank)
+    for i, blk in enumerate(model.blocks):
         up, _, down, _ = blk.mlp
         Ps = None
-        if a.lowrank:
+        if held:
+            Ps = bases.of_block(i)
+        elif a.lowrank:
             Ps = tuple(projection(lin.weight, a.r(lin.in_features), gen, a.basis) for lin in (up, down))
         blk.forward = (lambda b, P: lambda x, cache=None, ctx=None: block_forward(b, x, a, P, ctx))(blk, Ps)
     try:
@@ -194,9 +257,10 @@ def approximated(model, a: Approx | None, gen: torch.Generator | None = None):
             del blk.forward
 
 
-def microbatch_loss(model, x, y, a: Approx | None, gen: torch.Generator | None = None) -> torch.Tensor:
+def microbatch_loss(model, x, y, a: Approx | None, gen: torch.Generator | None = None,
+                    bases: Bases | None = None) -> torch.Tensor:
     """Mean next-token cross-entropy of one micro-batch, exact (``a`` None) or under MeCeFO rules."""
-    with approximated(model, a, gen):
+    with approximated(model, a, gen, bases):
         return model(x, y)[1]
 
 
@@ -231,10 +295,11 @@ def flat_grad(model) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in model.parameters()])
 
 
-def grad_of(model, x, y, a: Approx | None, gen: torch.Generator | None = None, scale: float = 1.0) -> torch.Tensor:
+def grad_of(model, x, y, a: Approx | None, gen: torch.Generator | None = None, scale: float = 1.0,
+            bases: Bases | None = None) -> torch.Tensor:
     """Flat gradient of ``scale`` x one micro-batch's loss (``.grad`` cleared before and after)."""
     model.zero_grad(set_to_none=True)
-    (microbatch_loss(model, x, y, a, gen) * scale).backward()
+    (microbatch_loss(model, x, y, a, gen, bases) * scale).backward()
     g = flat_grad(model)
     model.zero_grad(set_to_none=True)
     return g

@@ -3,7 +3,8 @@ down replica's micro-batch carried by its ring neighbour under MeCeFO's approxim
 (``recovery: mecefo``) or exactly (``ndb``), against checkpoint-restart and fault-free training.
 
 Loss: the replicas' math vectorised in one process (:mod:`train`). Time: the virtual clock of
-:mod:`simtime` on the microbenchmarked costs of the ``timing`` input. Faults: with
+:mod:`simtime` on the microbenchmarked costs of the ``timing`` input, every replica also paying its
+share of the svd bases' refresh (one refresh per ``refresh`` steps) under MeCeFO. Faults: with
 ``actor_check`` the first ``actor_steps`` steps also run on Ray actors killed and restarted by Ray,
 and must give the vectorised run's weights."""
 from __future__ import annotations
@@ -19,7 +20,8 @@ from components.core.netsim import Link
 from components.core.registry import technique
 from components.core.result import Result
 from components.training.mecefo import simtime
-from components.training.mecefo.approx import Approx, SavedBytes, check_basis, check_rank, grad_of, microbatch_loss
+from components.training.mecefo.approx import (Approx, SavedBytes, check_basis, check_rank, check_refresh, grad_of,
+                                                microbatch_loss)
 from components.training.mecefo.schedule import failure_schedule, fixed_schedule, takeover
 from components.training.mecefo.timing import mode_key
 from components.training.mecefo.train import TrainSetup, microbatch, params_vector, projection_gen, train
@@ -37,6 +39,7 @@ class MeCeFOParams(TrainSetup):
     lowrank: bool = True
     rank: int = 0                     # FFN weight-gradient sketch rank; 0: in/8 per linear
     basis: str = "svd"                # svd: W's top-r right singular vectors (the paper); gaussian: the sheet's sketch
+    refresh: int = 200                # svd: steps between basis refreshes (the sheet: every 200 steps)
     attn_mean: bool = True            # a skipped attention's gradient: mean over the micro-batches that computed it
     approx_own: bool = False          # also approximate the overloaded replica's own micro-batch
     ckpt_every: int = 50              # checkpoint-restart: steps between checkpoints
@@ -57,6 +60,7 @@ class MeCeFOParams(TrainSetup):
                 "a positive number of steps")
         check_rank(self.rank, self.d_model)
         check_basis(self.basis)
+        check_refresh(self.refresh)
         require(self.ckpt_every >= 1, "ckpt_every", self.ckpt_every, "a positive number of steps")
         require(self.restart_penalty_s >= 0, "restart_penalty_s", self.restart_penalty_s, "a non-negative duration")
         Link.from_config(self.link)
@@ -71,7 +75,8 @@ class MeCeFOParams(TrainSetup):
         require(self.timeout_s >= 5, "timeout_s", self.timeout_s, "at least 5 seconds")
 
     def approx(self) -> Approx:
-        return Approx(self.skip_attn, self.recompute_ffn, self.lowrank, self.rank, self.basis, self.attn_mean)
+        return Approx(self.skip_attn, self.recompute_ffn, self.lowrank, self.rank, self.basis, self.attn_mean,
+                      self.refresh)
 
 
 def _validate(p: MeCeFOParams, exp: dict) -> None:
@@ -117,6 +122,8 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
     t_exact = modes["exact"]["s"]
     t_take = {"ndb": t_exact, "mecefo": modes[mode_key(a)]["s"]}.get(p.recovery, 0.0)
     t_own = modes[mode_key(a)]["s"] if p.recovery == "mecefo" and p.approx_own else t_exact
+    # every replica refreshes its svd bases once per window: its share of one refresh, on every step
+    t_refresh = timing["svd_refresh_s"] / p.refresh if p.recovery == "mecefo" and a.lowrank and a.basis == "svd" else 0.0
     ar = simtime.allreduce_s(Link.from_config(p.link), out["n_params"], n)
     ff_total = p.steps * (t_exact + ar)
     if p.recovery == "ckpt_restart":
@@ -129,7 +136,7 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
         if p.recovery == "drop":
             per_step = [t_exact + ar] * p.steps
         else:
-            per_step = simtime.step_times(train_sets, n, t_exact, t_take or t_exact, t_own, ar)
+            per_step = [t + t_refresh for t in simtime.step_times(train_sets, n, t_exact, t_take or t_exact, t_own, ar)]
         total, lost, failures = float(sum(per_step)), 0.0, len(events) if p.recovery != "fault_free" else 0
     over = [max(sum(t_own if j == i else t_take for j in ld) for i, ld in takeover(d, n).items() if len(ld) > 1)
             for d in sets if d] if p.recovery in ("ndb", "mecefo") else []
@@ -153,13 +160,14 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
     m = {"final_val_loss": out["final_val_loss"],
          "sim_step_s": total / p.steps, "sim_total_s": total, "sim_lost_s": lost,
          "tokens_per_s": tokens / total, "throughput_loss": 1.0 - ff_total / total,
-         "overloaded_step_ratio": (t_own + t_take) / t_exact if has_take else 1.0,
-         "overloaded_step_ratio_sched": float(np.mean(over)) / t_exact if over else 1.0,
+         "overloaded_step_ratio": (t_own + t_take + t_refresh) / t_exact if has_take else 1.0,
+         "overloaded_step_ratio_sched": (float(np.mean(over)) + t_refresh) / t_exact if over else 1.0,
          "saved_activation_ratio": (b_own + b_take) / b_exact if has_take else 1.0,
          "saved_activation_ratio_timing": (tb_own + tb_take) / tb_exact if has_take else 1.0,
          "saved_bytes_exact": float(b_exact), "saved_bytes_taken": float(b_take),
          "down_frac": float(np.mean([len(d) for d in sets])) / n, "failures": float(failures),
          "t_exact_s": t_exact, "t_take_s": t_take, "allreduce_s": ar, "n_params": float(out["n_params"]),
+         "refresh_share": t_refresh / t_exact, "basis_refreshes": float(out["basis_refreshes"]),
          "allreduces_per_step": 1.0, "allreduce_bytes_per_step": 4.0 * out["n_params"]}   # one fp32 ring all-reduce
     for k, mode in modes.items():     # every ablation's cost from the same microbenchmark
         m[f"time_ratio_{k.replace('+', '_')}"] = mode["s"] / t_exact
@@ -181,5 +189,5 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
         series["grad_cosine"] = (out["cos_steps"], [c["grad_cosine"] for c in out["cos"]])
     return Result(metrics=m, series=series,
                   info={"events": events[:200], "timing": timing, "approx": {"skip_attn": a.skip_attn, "recompute_ffn": a.recompute_ffn, "lowrank": a.lowrank,
-                         "rank": a.rank, "basis": a.basis, "attn_mean": a.attn_mean}, "clock": "max over live replicas of own + taken micro-batch costs, "
+                         "rank": a.rank, "basis": a.basis, "attn_mean": a.attn_mean, "refresh": a.refresh}, "clock": "max over live replicas of own + taken micro-batch costs, "
                                                    "plus the fp32 ring all-reduce on the link"})

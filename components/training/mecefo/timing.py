@@ -1,6 +1,8 @@
 """Prepare step ``mecefo_timing``: per-micro-batch fwd+bwd time and saved-activation bytes of the
 exact pass and of every combination of MeCeFO's three approximations, on the timing model (the
-sheet's planned 4L/d128/ctx128 GPT, batch 16), measured once and cached.
+sheet's planned 4L/d128/ctx128 GPT, batch 16), measured once and cached. The low-rank modes use svd
+bases held across micro-batches, as training does; one refresh of the bases (every FFN linear's SVD,
+paid once per ``refresh`` steps) is timed on its own (``svd_refresh_s``).
 
 CPU timing on a shared machine is noisy: the modes are timed round-robin (each repetition runs
 every mode once, so load drifts hit them alike) and the virtual clock uses medians.
@@ -17,7 +19,7 @@ import torch
 from components.core.registry import prepare_step
 from components.models.gpt import GPT
 from components.models.knobs import GPTShape, require_positive_ints
-from components.training.mecefo.approx import Approx, SavedBytes, check_rank, microbatch_loss
+from components.training.mecefo.approx import Approx, Bases, SavedBytes, check_rank, microbatch_loss
 
 
 def mode_key(a: Approx | None) -> str:
@@ -56,7 +58,8 @@ class TimingParams(GPTShape):
 
 
 def measure(p: TimingParams, vocab: int, seed: int = 0) -> dict:
-    """{mode: {"s": median seconds fwd+bwd, "saved_bytes": ...}} plus the model's size."""
+    """{mode: {"s": median seconds fwd+bwd, "saved_bytes": ...}}, the median seconds of one refresh of the
+    svd bases, and the model's size."""
     torch.set_num_threads(p.threads)
     torch.manual_seed(seed)
     model = GPT(p.gpt(vocab))
@@ -64,23 +67,30 @@ def measure(p: TimingParams, vocab: int, seed: int = 0) -> dict:
     x = torch.randint(0, vocab, (p.batch, p.context), generator=g)
     y = torch.randint(0, vocab, (p.batch, p.context), generator=g)
     modes = all_modes(p.rank)
+    bases = Bases(Approx(rank=p.rank)).at(model, 0)     # held, as in training (the weights do not move here)
     times: dict[str, list[float]] = {k: [] for k in modes}
+    refresh_s: list[float] = []
     out: dict[str, dict] = {}
     for k, a in modes.items():
         with SavedBytes(model) as sb:
-            microbatch_loss(model, x, y, a, torch.Generator().manual_seed(1))
+            microbatch_loss(model, x, y, a, torch.Generator().manual_seed(1), bases)
         out[k] = {"saved_bytes": sb.nbytes}
     for rep in range(p.warmup + p.reps):
         for k, a in modes.items():
             model.zero_grad(set_to_none=True)
             t0 = time.perf_counter()
-            microbatch_loss(model, x, y, a, torch.Generator().manual_seed(rep)).backward()
+            microbatch_loss(model, x, y, a, torch.Generator().manual_seed(rep), bases).backward()
             dt = time.perf_counter() - t0
             if rep >= p.warmup:
                 times[k].append(dt)
+        t0 = time.perf_counter()
+        bases.refresh(model)
+        if rep >= p.warmup:
+            refresh_s.append(time.perf_counter() - t0)
     for k in modes:
         out[k]["s"] = statistics.median(times[k])
-    return {"modes": out, "n_params": sum(q.numel() for q in model.parameters()), "params": vars(p).copy()}
+    return {"modes": out, "svd_refresh_s": statistics.median(refresh_s),
+            "n_params": sum(q.numel() for q in model.parameters()), "params": vars(p).copy()}
 
 
 @prepare_step("mecefo_timing", params=TimingParams, inputs=("corpus",),

@@ -5,8 +5,9 @@ gradient of the micro-batches it carries (its own, plus the down ones it took ov
 neighbour-do-both, under MeCeFO's rules for MeCeFO), scaled by 1/n; the all-reduce sums the replicas'
 gradients in replica order; every replica takes the same AdamW step. :func:`replica_grad` is the one
 piece of per-replica math: the Ray actors (:mod:`actors`) call it too, so the actor run reproduces
-this loop step for step (checked per seed). Micro-batch ``j`` of step ``t`` and its projections are
-drawn from (seed, t, j), whoever computes them.
+this loop step for step (checked per seed). Micro-batch ``j`` of step ``t`` and its gaussian projections
+are drawn from (seed, t, j), whoever computes them; the svd bases come from the weights at the start of
+their refresh window (:class:`~components.training.mecefo.approx.Bases`), the same on every replica.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from components.data.char_corpus import sample_batch
 from components.models.gpt import GPT, evaluate_loss
 from components.models.knobs import GPTTrainKnobs
 from components.training.ddp.optim import lr_at
-from components.training.mecefo.approx import Approx, flat_grad, grad_of, microbatch_loss, skipped_mask
+from components.training.mecefo.approx import Approx, Bases, flat_grad, grad_of, microbatch_loss, skipped_mask
 from components.training.mecefo.schedule import takeover
 
 EVAL_SEED = 54321  # the same validation windows for every variant and seed
@@ -88,15 +89,16 @@ def finish_grad(g: torch.Tensor, mask: torch.Tensor, loads: dict, recovery: str,
 
 
 def replica_grad(model, train, setup: TrainSetup, seed: int, step: int, own: int, load: list[int],
-                 recovery: str, approx: Approx, approx_own: bool) -> torch.Tensor:
+                 recovery: str, approx: Approx, approx_own: bool, bases: Bases | None = None) -> torch.Tensor:
     """Flat gradient replica ``own`` contributes at ``step``: the sum over the micro-batches it
-    carries (``load``, own first) of their gradients / n (the all-reduce then sums replicas)."""
+    carries (``load``, own first) of their gradients / n (the all-reduce then sums replicas).
+    ``bases``: the replica's svd projections for this step (refreshed by the caller)."""
     model.zero_grad(set_to_none=True)
     scale = 1.0 / (1 if recovery == "drop" else setup.replicas)
     for j in load:
         a = approx if is_approximated(recovery, own, load, j, approx_own) else None
         x, y = microbatch(train, setup, seed, step, j)
-        (microbatch_loss(model, x, y, a, projection_gen(seed, step, j)) * scale).backward()
+        (microbatch_loss(model, x, y, a, projection_gen(seed, step, j), bases) * scale).backward()
     g = flat_grad(model)
     model.zero_grad(set_to_none=True)
     return g
@@ -123,7 +125,7 @@ def loads_at(sets, step: int, n: int, recovery: str) -> dict[int, list[int]]:
     return loads
 
 
-def grouped_grad(model, train, setup, seed, step, loads, recovery, approx, approx_own) -> torch.Tensor:
+def grouped_grad(model, train, setup, seed, step, loads, recovery, approx, approx_own, bases=None) -> torch.Tensor:
     """The same step gradient with every exact micro-batch in one batched pass (faster on CPU; equal to
     :func:`step_grad` up to float summation order): exact ones batched, MeCeFO ones one by one."""
     exact, approx_mbs = [], []
@@ -137,25 +139,26 @@ def grouped_grad(model, train, setup, seed, step, loads, recovery, approx, appro
         (microbatch_loss(model, torch.cat(xs), torch.cat(ys), None) * (len(exact) / n)).backward()
     for j in approx_mbs:
         x, y = microbatch(train, setup, seed, step, j)
-        (microbatch_loss(model, x, y, approx, projection_gen(seed, step, j)) / n).backward()
+        (microbatch_loss(model, x, y, approx, projection_gen(seed, step, j), bases) / n).backward()
     g = flat_grad(model)
     model.zero_grad(set_to_none=True)
     return finish_grad(g, skipped_mask(model), loads, recovery, approx, approx_own, n)
 
 
-def step_grad(model, train, setup, seed, step, loads, recovery, approx, approx_own) -> torch.Tensor:
+def step_grad(model, train, setup, seed, step, loads, recovery, approx, approx_own, bases=None) -> torch.Tensor:
     """The all-reduced gradient of one step: replicas' contributions summed in replica order (the
     actors' arithmetic exactly)."""
     total = None
     for i in sorted(loads):
-        g = replica_grad(model, train, setup, seed, step, i, loads[i], recovery, approx, approx_own)
+        g = replica_grad(model, train, setup, seed, step, i, loads[i], recovery, approx, approx_own, bases)
         total = g if total is None else total + g
     if recovery == "drop":
         total = total / len(loads)
     return finish_grad(total, skipped_mask(model), loads, recovery, approx, approx_own, setup.replicas)
 
 
-def grad_cosines(model, train, setup: TrainSetup, seed: int, approx: Approx, n_batches: int = 2) -> dict:
+def grad_cosines(model, train, setup: TrainSetup, seed: int, approx: Approx, n_batches: int = 2,
+                 bases: Bases | None = None) -> dict:
     """Cosines of MeCeFO vs exact gradients on fixed micro-batches, and per approximation:
 
     - ``grad_cosine``: one micro-batch under all of ``approx`` vs exact;
@@ -177,7 +180,7 @@ def grad_cosines(model, train, setup: TrainSetup, seed: int, approx: Approx, n_b
         gs = [grad_of(model, *microbatch(train, setup, seed + 99_991, b, j), None) for j in range(setup.replicas)]
         x, y = microbatch(train, setup, seed + 99_991, b, 0)
         gen = lambda: projection_gen(seed, -1 - b, 0)  # noqa: E731
-        ga = grad_of(model, x, y, approx, gen())
+        ga = grad_of(model, x, y, approx, gen(), bases=bases)
         exact = sum(gs)
         # replica 0 down, replica 1 carries its micro-batch: the step's reduction as in training
         loads = {1: [1, 0], **{i: [i] for i in range(2, setup.replicas)}}
@@ -186,41 +189,46 @@ def grad_cosines(model, train, setup: TrainSetup, seed: int, approx: Approx, n_b
         out["grad_cosine_step"].append(cos(step, exact))
         out["attn_grad_share"].append(float(gs[0][mask].pow(2).sum() / gs[0].pow(2).sum()))
         if approx.skip_attn:
-            g_skip = grad_of(model, x, y, replace(approx, lowrank=False), gen())
+            g_skip = grad_of(model, x, y, replace(approx, lowrank=False), gen(), bases=bases)
             out["grad_cosine_skip_rest"].append(cos(g_skip[~mask], gs[0][~mask]))
         if approx.lowrank:
-            g_low = grad_of(model, x, y, replace(approx, skip_attn=False), gen())
+            g_low = grad_of(model, x, y, replace(approx, skip_attn=False), gen(), bases=bases)
             out["grad_cosine_lowrank_ffn"].append(cos(g_low[ffn], gs[0][ffn]))
     return {k: float(np.mean(v)) if v else float("nan") for k, v in out.items()}
 
 
 def train(setup: TrainSetup, corpus, seed: int, sets, recovery: str, approx: Approx, approx_own: bool = False,
           steps: int | None = None, evaluate: bool = True, progress=None, grouped: bool = True) -> dict:
-    """Train ``steps`` (default ``setup.steps``) through schedule ``sets``; curves and the model.
-    ``grouped``: exact micro-batches in one pass (:func:`grouped_grad`); False: the actors' arithmetic."""
+    """Train ``steps`` (default ``setup.steps``) through schedule ``sets``; curves, the model and the svd
+    bases' refresh count and CPU seconds. ``grouped``: exact micro-batches in one pass
+    (:func:`grouped_grad`); False: the actors' arithmetic."""
     torch.set_num_threads(setup.threads)
     steps = setup.steps if steps is None else steps
     model, opt = build(setup, corpus.vocab_size, seed)
     n = setup.replicas
     val_steps, val_loss, cos_steps, cos = [], [], [], []
+    bases = Bases(approx) if recovery == "mecefo" else None
 
     def ev(nb):
         return evaluate_loss(model, corpus.val, setup.context, setup.eval_batch, nb, seed=EVAL_SEED)
 
     for step in range(steps):
+        if bases is not None:
+            bases.at(model, step)
         if evaluate and step % setup.eval_every == 0:
             val_steps.append(step)
             val_loss.append(ev(setup.eval_batches))
             if recovery == "mecefo":
                 cos_steps.append(step)
-                cos.append(grad_cosines(model, corpus.train, setup, seed, approx, 1))
+                cos.append(grad_cosines(model, corpus.train, setup, seed, approx, 1, bases))
         loads = loads_at(sets, step, n, recovery)
         g = (grouped_grad if grouped else step_grad)(model, corpus.train, setup, seed, step, loads, recovery, approx,
-                                                     approx_own)
+                                                     approx_own, bases)
         apply_grad(model, opt, g, lr_at(step, setup.steps, setup.lr, setup.warmup, setup.final_lr_frac))
         if progress and step % 10 == 0:
             progress(step + 1, steps)
-    out = {"model": model, "opt": opt, "n_params": sum(p.numel() for p in model.parameters())}
+    out = {"model": model, "opt": opt, "n_params": sum(p.numel() for p in model.parameters()),
+           "basis_refreshes": bases.refreshes if bases is not None else 0}
     if evaluate:
         val_steps.append(steps)
         val_loss.append(ev(setup.eval_batches))
