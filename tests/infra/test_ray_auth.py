@@ -56,6 +56,14 @@ def _http(ip: str, port: int) -> tuple[int, str] | None:
         return None
 
 
+def _health(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def _grpc(port: int, service: str, token: str | None = None) -> str:
     """Status of one real read-only call on a Ray gRPC port, from a plain client (no Ray interceptor)."""
     import grpc
@@ -150,6 +158,7 @@ def test_a_real_run_refuses_clients_without_the_token_and_http_is_on_loopback(tm
         _wait(lambda: any(p == ui_port for _, _, p in _listeners(_tree(ui.pid))), 120, ui, ui_log)
         addrs = {(ip, p) for _, ip, p in _listeners(_tree(ui.pid))}
         assert {ip for ip, _ in addrs} <= LOOPBACK, f"dtlab ui listens on {addrs}"
+        _wait(lambda: _health(ui_port), 60, ui, ui_log)      # and the MLflow UI answers there
     finally:
         _stop(proc)
         _stop(ui)
