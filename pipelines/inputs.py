@@ -137,17 +137,33 @@ def unrecorded(tags: dict[str, str]) -> str:
     return f"inputs not recorded (hashing failed: {err})" if err else "inputs not recorded (a run from before input hashes)"
 
 
+def _files_changed(recorded: Inputs, current: Inputs) -> list[str]:
+    out = [p for p in sorted(set(recorded.files) | set(current.files))
+           if recorded.files.get(p) != current.files.get(p)]
+    return [p + (" (new import)" if p not in recorded.files else " (no longer imported)" if p not in current.files
+                 else "") for p in out]
+
+
+def _version_changed(recorded: Inputs, current: Inputs) -> list[str]:
+    return [f"dtlab version {recorded.version} -> {current.version}"] if recorded.version != current.version else []
+
+
 def changed(recorded: Inputs, current: Inputs) -> list[str]:
     """Why ``recorded`` is not ``current``: the files changed, added or gone, then the config and the
     version; [] when they agree."""
     if recorded.digest == current.digest:
         return []
-    out = [p for p in sorted(set(recorded.files) | set(current.files))
-           if recorded.files.get(p) != current.files.get(p)]
-    out = [p + (" (new import)" if p not in recorded.files else " (no longer imported)" if p not in current.files
-                else "") for p in out]
+    out = _files_changed(recorded, current)
     if recorded.config != current.config:
         out.append("the resolved config")
-    if recorded.version != current.version:
-        out.append(f"dtlab version {recorded.version} -> {current.version}")
+    out += _version_changed(recorded, current)
     return out or ["the input hash (parts not recorded)"]
+
+
+def code_changed(recorded: Inputs, current: Inputs) -> list[str]:
+    """The files and dtlab version that differ, the config left out: a robustness perturbation's config
+    differs from the tuned one's by design, its code must not ([] when it is the same; a recorded
+    inputs without files cannot be compared and says so)."""
+    if not recorded.files:
+        return ["the input hash (parts not recorded)"]
+    return _files_changed(recorded, current) + _version_changed(recorded, current)

@@ -175,17 +175,19 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
 
 
 def _robustness(rows: list[dict]) -> dict[str, Any]:
-    """k/n: of the perturbations judged, those under which no gated claim that holds tuned fails."""
+    """k/n: of the perturbations judged on this checkout's code, those under which no gated claim that
+    holds tuned fails. A perturbation whose code has changed since is listed (stale) and not counted."""
     gated = [r for r in rows if r["gate"] and r["kind"] != "accounting" and r["status"] == "holds"]
     labels = sorted({k for r in rows for k in r["off_tuned"]["perturbations"]})
-    runs = {k: {f: v.get(f, "") for f in ("code_version", "date", "run_failed")}
+    runs = {k: {**{f: v.get(f, "") for f in ("code_version", "date", "run_failed")}, "stale": bool(v.get("stale"))}
             for r in rows for k, v in r["off_tuned"]["perturbations"].items()}
+    counted = [label for label in labels if not runs[label]["stale"]]
     kept = []
-    for label in labels:
+    for label in counted:
         judged = [r["off_tuned"]["perturbations"].get(label, {}).get("status", "not run") for r in gated]
         if all(s in KEPT or s == "not run" for s in judged):
             kept.append(label)
-    return {"k": len(kept), "n": len(labels), "kept": kept, "labels": labels, "runs": runs}
+    return {"k": len(kept), "n": len(counted), "kept": kept, "labels": labels, "runs": runs}
 
 
 def _copy_plots(client, run_id: str, folder: Path, base: Path) -> list[tuple[str, str]]:
@@ -289,11 +291,12 @@ def _parse_run_line(line: str) -> dict[str, str] | None:
 
 
 def _parse_robustness_runs(section: list[str]) -> dict[str, dict[str, Any]]:
-    """{perturbation: code version, date, run_failed} from the section's "Robustness runs:" line."""
+    """{perturbation: code version, date, run_failed, stale} from the section's "Robustness runs:" line."""
     line = next((x for x in section if x.startswith("Robustness runs: ")), "")
-    return {m["label"]: {"code_version": m["code"], "date": m["date"], "run_failed": bool(m["failed"])}
-            for m in re.finditer(r"(?P<label>\S+) \(code (?P<code>[^,]*), (?P<date>[^,)]*) UTC(?P<failed>, run FAILED)?\)",
-                                 line[len("Robustness runs: "):])}
+    return {m["label"]: {"code_version": m["code"], "date": m["date"], "run_failed": bool(m["failed"]),
+                         "stale": bool(m["stale"])}
+            for m in re.finditer(r"(?P<label>\S+) \(code (?P<code>[^,]*), (?P<date>[^,)]*) UTC(?P<failed>, run FAILED)?"
+                                 r"(?P<stale>, stale[^)]*)?\)", line[len("Robustness runs: "):])}
 
 
 def _parse_duration(text: str) -> float | None:
@@ -434,7 +437,8 @@ def _section(e: dict[str, Any]) -> list[str]:
         runs = e["robustness"]["runs"]
         out += ["Robustness runs: " + " · ".join(
             f"{p} (code {runs[p]['code_version']}, {runs[p]['date']} UTC" + (", run FAILED" if runs[p]["run_failed"] else "")
-            + ")" for p in perts), ""]
+            + (", stale: its code has changed since, not counted" if runs[p].get("stale") else "") + ")"
+            for p in perts), ""]
     out += ["| claim | paper | measured | status | premise" + "".join(f" | {p}" for p in perts) + " |",
             "|---|---|---|---|---" + "|---" * len(perts) + "|"]
     for r in e["claims"]:

@@ -158,8 +158,23 @@ def staleness(run, art: _Artifacts, current) -> list[str] | None:
     return changed(Inputs.from_json(recorded) if recorded else Inputs(digest, "", ""), current)
 
 
+def perturbation_staleness(run, art: _Artifacts, current) -> list[str] | None:
+    """The code a perturbation's run ran on against this checkout's (:func:`pipelines.inputs.code_changed`:
+    files and dtlab's version; its config differs from the tuned one by design). [] when it is this
+    checkout's code; None when it cannot be told."""
+    from pipelines.inputs import HASH_TAG, Inputs, code_changed, unrecorded
+
+    if current is None:
+        return None
+    if not run.data.tags.get(HASH_TAG):
+        return [unrecorded(run.data.tags)]
+    recorded = art.json(run.info.run_id, "inputs.json")
+    return code_changed(Inputs.from_json(recorded) if recorded else Inputs("", "", ""), current)
+
+
 def claim_rows(exp: str, fam: str, cfg: dict, run, art: _Artifacts, perturbed: dict[str, Any], history_runs: list,
-               stale: list[str] | None, board: bool, flavour: str = "full") -> list[dict]:
+               stale: list[str] | None, board: bool, flavour: str = "full",
+               perturbed_stale: dict[str, list[str] | None] | None = None) -> list[dict]:
     """One row per claim (the YAML's order, then claims only the run judged) of one run (None: not run)."""
     from pipelines.figures import ARTIFACT, operands_text
     from pipelines.live import claim_defs, measured_text
@@ -203,7 +218,7 @@ def claim_rows(exp: str, fam: str, cfg: dict, run, art: _Artifacts, perturbed: d
             "date": _date(run) if run else "", "debug": bool(run and off_board(run) == "debug"),
             "board": board, "off_board": off_board(run, flavour) if run else "", "stale": stale,
             "run_id": run.info.run_id if run else "", "run_name": run.info.run_name if run else "",
-            "off_tuned": _off_tuned(name, perturbed, art),
+            "off_tuned": _off_tuned(name, perturbed, art, perturbed_stale),
             "history": _history(history_runs, name, art) if history_runs else [],
         })
     return rows
@@ -244,10 +259,13 @@ def collect(client, experiments: list[str] | None = None, family: str | None = N
             if label not in ("", TUNED) and r.info.status in JUDGED_RUNS and (include_debug or not off_board(r, flavour)):
                 perturbed.setdefault(label, r)
         eligible = [r for r in runs if robustness_label(r) in ("", TUNED) and not off_board(r, flavour)]
-        stale = staleness(run, art, current(exp)) if run is not None else None
+        cur = current(exp) if run is not None or perturbed else None
+        stale = staleness(run, art, cur) if run is not None else None
         if run is not None:
             latest[exp] = run
-        rows += claim_rows(exp, fam, cfg, run, art, perturbed, eligible, stale, board=True, flavour=flavour)
+        pstale = {label: perturbation_staleness(r, art, cur) for label, r in perturbed.items()}
+        rows += claim_rows(exp, fam, cfg, run, art, perturbed, eligible, stale, board=True, flavour=flavour,
+                           perturbed_stale=pstale)
         if include_debug:
             other = next((r for r in runs if robustness_label(r) in ("", TUNED) and off_board(r, flavour)
                           and art.claims(r.info.run_id) and (run is None or r.info.start_time > run.info.start_time)), None)
@@ -258,17 +276,21 @@ def collect(client, experiments: list[str] | None = None, family: str | None = N
     return rows, latest
 
 
-def _off_tuned(name: str, perturbed: dict[str, Any], art: _Artifacts) -> dict:
+def _off_tuned(name: str, perturbed: dict[str, Any], art: _Artifacts,
+               stale: dict[str, list[str] | None] | None = None) -> dict:
     """Per perturbation (its newest run) the claim's status, and how many of the judged ones hold. A
     perturbation whose run ended FAILED (a variant crashed) counts with the claims its report judged,
-    marked ``run_failed``: dropping it would hide the perturbations that break a technique hardest."""
+    marked ``run_failed``: dropping it would hide the perturbations that break a technique hardest. One
+    whose code is not this checkout's (``stale``: what changed) is shown, marked, and not counted: it
+    says nothing about the code the tuned run now shows."""
     per = {}
     for label, r in sorted(perturbed.items()):
         c = next((c for c in art.claims(r.info.run_id) if c.name == name), None)
         per[label] = {"status": outcome_status(c) if c else "not run", "measured": c.measured if c else "",
                       "code_version": code_version(r), "debug": bool(off_board(r)),
-                      "run_failed": r.info.status == "FAILED", "date": _date(r)}
-    judged = [p for p in per.values() if p["status"] not in ("not run", "inconclusive")]  # as `dtlab robustness` counts
+                      "run_failed": r.info.status == "FAILED", "date": _date(r),
+                      "stale": list((stale or {}).get(label) or [])}
+    judged = [p for p in per.values() if p["status"] not in ("not run", "inconclusive") and not p["stale"]]
     return {"perturbations": per, "held": sum(p["status"] == "holds" for p in judged), "judged": len(judged)}
 
 
@@ -277,12 +299,14 @@ def off_tuned_text(off: dict) -> str:
     if not off["perturbations"]:
         return ""
     return f"{off['held']}/{off['judged']} hold" + "".join(
-        f" · {k}: {perturbation_status(v)}" for k, v in off["perturbations"].items() if v["status"] != "holds")
+        f" · {k}: {perturbation_status(v)}" for k, v in off["perturbations"].items()
+        if v["status"] != "holds" or v.get("stale"))
 
 
 def perturbation_status(p: dict) -> str:
-    """A claim's status under one perturbation, "(run FAILED)" added where that run crashed."""
-    return p["status"] + (" (run FAILED)" if p.get("run_failed") else "")
+    """A claim's status under one perturbation, "(run FAILED)" added where that run crashed, "(stale)"
+    where its code is not this checkout's."""
+    return p["status"] + (" (run FAILED)" if p.get("run_failed") else "") + (" (stale)" if p.get("stale") else "")
 
 
 def counts(rows: list[dict]) -> dict[str, Any]:

@@ -86,6 +86,27 @@ def test_a_perturbation_whose_run_failed_counts_and_is_marked(client, tmp_path, 
     assert "- **Code version:** aaaaaaaaaa" in text and "robustness runs: aaaaaaaaaa, bbbbbbbbbb" in text
 
 
+def test_a_perturbation_on_code_that_changed_since_is_listed_stale_and_not_counted(client, tmp_path, probe_inputs):
+    # Prepare: the board run, then old_code: a perturbation whose run recorded another probe.py
+    _store(client, probe_inputs)
+    old = probe_inputs.to_json()
+    old["files"] = {k: ("0" * 16 if k.endswith("probe.py") else v) for k, v in old["files"].items()}
+    fake_parent(client, EXP, "cccc" * 10, _claims(True), minute=5, robustness="old_code", inputs=old)
+    # Execute
+    model = results_md.write(client, tmp_path / "RESULTS.md", current={EXP: probe_inputs}.get)
+    text = (tmp_path / "RESULTS.md").read_text()
+    carried = results_md.write(MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/empty.db"), tmp_path / "RESULTS.md",
+                               current={EXP: probe_inputs}.get)
+    # Assert: shown with its mark, counted out (0/1: noisy_d alone), and the mark survives being carried
+    (entry,) = [e for e in model["experiments"] if e["name"] == EXP]
+    assert (entry["robustness"]["k"], entry["robustness"]["n"]) == (0, 1)
+    assert entry["robustness"]["labels"] == ["noisy_d", "old_code"] and entry["robustness"]["runs"]["old_code"]["stale"]
+    assert "old_code (code cccccccccc" in text and "stale: its code has changed since, not counted)" in text
+    assert "| fails | holds (stale) |" in text          # columns noisy_d, old_code
+    (kept,) = [e for e in carried["experiments"] if e["name"] == EXP]
+    assert kept["robustness"]["runs"]["old_code"]["stale"] and (kept["robustness"]["k"], kept["robustness"]["n"]) == (0, 1)
+
+
 def test_check_passes_for_current_inputs_and_names_a_changed_file(client, tmp_path, probe_inputs):
     # Prepare: RESULTS.md recording this checkout's inputs, and one whose record of probe.py differs
     # (what an edit to components/core/probe.py after the run looks like)

@@ -228,6 +228,28 @@ def test_stale_row_names_the_files_that_changed(client):
     assert fresh[0]["stale"] == []
 
 
+def test_a_perturbation_run_on_other_code_is_marked_stale_and_not_counted(client):
+    from pipelines.inputs import Inputs
+
+    # Prepare: the tuned run on this checkout's code; other_seeds on this code (its config differs, as every
+    # perturbation's does); sheet_schedule on code where one file has changed since
+    current = Inputs("d-tuned", "c-tuned", "1", {"components/a.py": "x", "components/b.py": "y"})
+    fake_parent(client, EXP, "bbbb" * 10, [outcome("gain", True, "1")], minute=3, inputs=current.to_json())
+    fake_parent(client, EXP, "bbbb" * 10, [outcome("gain", False, "0.5")], minute=4, robustness="other_seeds",
+                inputs={"digest": "d-seeds", "config": "c-seeds", "version": "1", "files": dict(current.files)})
+    fake_parent(client, EXP, "aaaa" * 10, [outcome("gain", True, "2")], minute=2, robustness="sheet_schedule",
+                inputs={"digest": "d-old", "config": "c-sheet", "version": "1",
+                        "files": {"components/a.py": "old", "components/b.py": "y"}})
+    # Execute
+    (row,), _ = sb.collect(client, experiments=[EXP], current=lambda e: current)
+    # Assert: both shown; only the one on this code counted; the stale one names what changed
+    off = row["off_tuned"]
+    assert off["perturbations"]["other_seeds"]["stale"] == []
+    assert off["perturbations"]["sheet_schedule"]["stale"] == ["components/a.py"]
+    assert (off["held"], off["judged"]) == (0, 1)
+    assert sb.off_tuned_text(off) == "0/1 hold · other_seeds: fails · sheet_schedule: holds (stale)"
+
+
 def test_figures_are_labelled_and_accounting_claims_counted_apart(client, monkeypatch):
     from rich.console import Console
 
