@@ -18,7 +18,8 @@ same content goes to RUNS_DIR/reports/scoreboard.html and onto a `scoreboard` ru
     dtlab reproduce --check [RESULTS.md]             is the file current for this checkout? (exit 1: stale)
     dtlab reproduce --flavour debug                  the tiny debug configurations (tests the mechanism;
                                                      RESULTS.md then goes to RUNS_DIR, marked DEBUG)
-    dtlab reproduce --results PATH                   write RESULTS.md there instead
+    dtlab reproduce --results PATH                   write RESULTS.md there instead (what it carries: PATH's own file)
+    dtlab reproduce --results PATH --from RESULTS.md carry from the committed board, e.g. to render it elsewhere
     dtlab reproduce cluster=remote tracking=server   each one a Ray job on the cluster (RAY_ADDRESS: its dashboard)
 
 Bad input (an unknown experiment or family, --robustness on an experiment without a robustness:
@@ -73,7 +74,7 @@ def parse_args(args: list[str]) -> dict[str, Any]:
     """Flags, ``experiment=a,b``, ``--family F`` and config overrides (runs_dir=, tracking=, ...);
     bad input exits 2."""
     opts: dict[str, Any] = {"experiments": [], "family": None, "force": False, "dry_run": False, "robustness": False,
-                            "perturbations": [], "check": None, "flavour": "full", "results": None, "overrides": []}
+                            "perturbations": [], "check": None, "flavour": "full", "results": None, "from": None, "overrides": []}
     i = 0
     while i < len(args):
         a = args[i]
@@ -84,7 +85,7 @@ def parse_args(args: list[str]) -> dict[str, Any]:
             opts["robustness"], opts["perturbations"] = True, [p for p in inline.split(",") if p]
             if not opts["perturbations"]:
                 _die("--robustness=: one or more perturbation names (e.g. --robustness=other_seeds)")
-        elif flag in ("--family", "--flavour", "--results"):
+        elif flag in ("--family", "--flavour", "--results", "--from"):
             value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
             i += 0 if eq else 1
             if not value:
@@ -107,6 +108,16 @@ def parse_args(args: list[str]) -> dict[str, Any]:
         i += 1
     if opts["flavour"] not in FLAVOURS:
         _die(f"--flavour={opts['flavour']!r}: one of {', '.join(FLAVOURS)}")
+    if opts["from"] is not None:
+        from pipelines.results_md import read_inputs
+
+        try:
+            board_flavour, _ = read_inputs(Path(opts["from"]).read_text())
+        except (OSError, ValueError) as e:
+            _die(f"--from={opts['from']!r}: a RESULTS.md written by dtlab reproduce ({e})")
+        if board_flavour != opts["flavour"]:
+            _die(f"--from={opts['from']!r}: a {board_flavour} board; --flavour {opts['flavour']} carries only from a "
+                 f"{opts['flavour']} one")
     return opts
 
 
@@ -411,6 +422,12 @@ def _file_current(path: Path, jobs: list[Job]) -> bool:
                for j in jobs if not j.label)
 
 
+def previous_path(opts: dict[str, Any], runs_dir: str) -> Path:
+    """The board what is current is carried from: --from, else the file being overwritten. Judging
+    against an empty --results PATH would re-run every experiment the committed board carries."""
+    return Path(opts["from"]).resolve() if opts["from"] else results_path(opts, runs_dir)
+
+
 def results_path(opts: dict[str, Any], runs_dir: str) -> Path:
     """Where RESULTS.md goes: --results, else the root for the full flavour, RUNS_DIR for debug
     (a debug board never overwrites the committed file)."""
@@ -449,7 +466,7 @@ def cmd_reproduce(args: list[str]) -> None:
     except ConfigError as e:
         _die(str(e))
     client = tracking_client(uri)
-    judge(jobs, client, opts["flavour"], opts["force"], _recorded(results_path(opts, cfg["runs_dir"]), opts["flavour"]))
+    judge(jobs, client, opts["flavour"], opts["force"], _recorded(previous_path(opts, cfg["runs_dir"]), opts["flavour"]))
     todo = [j for j in jobs if j.why]
     console.print(f"dtlab reproduce: {len(jobs)} configuration(s) · {len(todo)} to run · "
                   f"{len(jobs) - len(todo)} current (checked in {time.time() - t0:.1f}s) · store {uri}")
@@ -543,7 +560,7 @@ def write_outputs(client, uri: str, cfg: dict, opts: dict[str, Any], jobs: list[
         return planned[exp] if exp in planned else current_inputs(exp, opts["flavour"])
 
     path = results_path(opts, cfg["runs_dir"])
-    model = results_md.write(client, path, opts["flavour"], current=current)
+    model = results_md.write(client, path, opts["flavour"], current=current, previous=previous_path(opts, cfg["runs_dir"]))
     out = scoreboard(uri, os.path.join(cfg["runs_dir"], "reports"), console=None, mlflow_run=True,
                      summary_html=results_md.summary_html(model), extra=[path], current=current,
                      flavour=opts["flavour"])

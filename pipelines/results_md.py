@@ -509,11 +509,13 @@ def summary_html(model: dict[str, Any]) -> str:
     return "".join(rows)
 
 
-def write(client, path: Path, flavour: str = "full", current=None) -> dict[str, Any]:
-    """Build and write RESULTS.md at ``path`` (its plots under ``results/`` beside it); the model. A
-    RESULTS.md already at ``path`` is the previous file current experiments are carried from."""
+def write(client, path: Path, flavour: str = "full", current=None, previous: Path | None = None) -> dict[str, Any]:
+    """Build and write RESULTS.md at ``path`` (its plots under ``results/`` beside it); the model.
+    Current experiments are carried from ``previous`` (default: the RESULTS.md already at ``path``);
+    a carried section's plot links stay relative to the file it came from."""
     path = Path(path)
-    previous = path.read_text() if path.is_file() else None
+    source = Path(previous) if previous is not None else path
+    previous = source.read_text() if source.is_file() else None
     model = build(client, flavour, current=current, plots_dir=path.parent / "results" / "plots", base=path.parent,
                   previous=previous)
     path.parent.mkdir(parents=True, exist_ok=True)

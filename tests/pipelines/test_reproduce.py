@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 import components.core.probe  # noqa: F401 - registers `probe` (platform_probe's only technique)
 from components.core.claims import ClaimOutcome
+from components.core.tracker import tracking_client
 from pipelines import config, reproduce, results_md
 from pipelines.inputs import HASH_ERROR_TAG, Inputs, of_config
 from tests.infra.svc import ROOT, dtlab_env
@@ -25,7 +25,7 @@ EXP = "platform_probe"
 
 @pytest.fixture
 def client(tmp_path):
-    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    return tracking_client(f"sqlite:///{tmp_path}/mlflow.db")
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_a_perturbation_on_code_that_changed_since_is_listed_stale_and_not_count
     # Execute
     model = results_md.write(client, tmp_path / "RESULTS.md", current={EXP: probe_inputs}.get)
     text = (tmp_path / "RESULTS.md").read_text()
-    carried = results_md.write(MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/empty.db"), tmp_path / "RESULTS.md",
+    carried = results_md.write(tracking_client(f"sqlite:///{tmp_path}/empty.db"), tmp_path / "RESULTS.md",
                                current={EXP: probe_inputs}.get)
     # Assert: shown with its mark, counted out (0/1: noisy_d alone), and the mark survives being carried
     (entry,) = [e for e in model["experiments"] if e["name"] == EXP]
@@ -140,7 +140,7 @@ def _old_results(client, tmp_path, probe_inputs):
     _store(client, probe_inputs)
     path = tmp_path / "RESULTS.md"
     results_md.write(client, path, current={EXP: probe_inputs}.get)
-    return path, path.read_text(), MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/empty.db")
+    return path, path.read_text(), tracking_client(f"sqlite:///{tmp_path}/empty.db")
 
 
 def test_a_current_section_is_carried_into_a_file_written_from_a_store_without_it(client, tmp_path, probe_inputs):
@@ -196,7 +196,7 @@ def test_a_run_in_the_store_replaces_the_carried_section(client, tmp_path, probe
     # Prepare: the old file, carried once; then a new store with a newer board run (another commit)
     path, _, empty = _old_results(client, tmp_path, probe_inputs)
     results_md.write(empty, path, current={EXP: probe_inputs}.get)
-    fresh = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/fresh.db")
+    fresh = tracking_client(f"sqlite:///{tmp_path}/fresh.db")
     fake_parent(fresh, EXP, "cccc" * 10, _claims(False), minute=5, inputs=probe_inputs.to_json(),
                 extra={"dtlab.flavour": "full"})
     # Execute
@@ -237,6 +237,32 @@ def test_an_experiment_results_md_records_with_current_inputs_is_current_without
     # Assert: current and said why; a changed file runs, named
     assert [j.why for j in jobs] == [[], ["components/core/probe.py"]]
     assert "RESULTS.md" in jobs[0].note and not jobs[1].note
+
+
+def test_results_elsewhere_carries_from_the_board_named_by_from(client, tmp_path, probe_inputs):
+    # Prepare: the committed board (it records EXP), a fresh store, and an empty place to write to
+    committed, old, empty = _old_results(client, tmp_path, probe_inputs)
+    elsewhere = tmp_path / "elsewhere" / "RESULTS.md"
+    opts = reproduce.parse_args(["--results", str(elsewhere), "--from", str(committed)])
+    jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs)]
+    # Execute: judge as cmd_reproduce does, then write the board elsewhere
+    reproduce.judge(jobs, empty, "full", force=False,
+                    recorded=reproduce._recorded(reproduce.previous_path(opts, str(tmp_path)), "full"))
+    results_md.write(empty, elsewhere, current={EXP: probe_inputs}.get,
+                     previous=reproduce.previous_path(opts, str(tmp_path)))
+    # Assert: nothing re-runs, the new file carries EXP's section, the committed file is untouched
+    assert jobs[0].why == [] and results_md.CARRIED in elsewhere.read_text()
+    assert results_md.read_inputs(elsewhere.read_text()) == results_md.read_inputs(old)
+    assert committed.read_text() == old
+
+
+def test_results_elsewhere_without_from_carries_nothing(tmp_path, probe_inputs):
+    # Prepare: --results names a file that does not exist (a board isolated from the committed one)
+    opts = reproduce.parse_args(["--results", str(tmp_path / "new.md")])
+    # Execute
+    recorded = reproduce._recorded(reproduce.previous_path(opts, str(tmp_path)), "full")
+    # Assert: nothing recorded, so every experiment without a store run runs
+    assert recorded == {}
 
 
 def test_a_perturbation_to_run_brings_its_tuned_run_into_the_store(client, probe_inputs):
@@ -287,9 +313,14 @@ def test_robustness_with_names_plans_only_those_perturbations(probe_inputs):
     (["cluster.address=10.0.0.5:6379"], "cluster.address='10.0.0.5:6379': reproduce finds the cluster by RAY_ADDRESS"),
     (["debug=true"], "debug='true'"),
     (["--flavour", "tiny"], "--flavour='tiny'"),
+    (["--from", "/nonexistent/RESULTS.md"], "--from='/nonexistent/RESULTS.md': a RESULTS.md written by dtlab reproduce"),
+    (["--from", "ROOT/README.md"], "a RESULTS.md written by dtlab reproduce"),
+    (["--from", "ROOT/RESULTS.md", "--flavour", "debug"], "a full board; --flavour debug carries only from a debug one"),
     ([f"experiment={EXP}", "--robustness=nope"], "--robustness='nope': one of c_crashes, noisy_d"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    # Prepare
+    args = [a.replace("ROOT/", f"{ROOT}/") for a in args]
     # Execute
     with pytest.raises(SystemExit) as e:
         reproduce.select(reproduce.parse_args(args))
