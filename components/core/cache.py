@@ -27,6 +27,16 @@ from typing import Any, Callable
 _NOT_HASHED = frozenset({"components.core.registry", "components.core.errors"})
 
 
+def user_cache_dir() -> Path:
+    """dtlab's per-user cache directory, for what is shared by every checkout and runs folder (the
+    registry manifest, the empty MLflow store): ``$DTLAB_CACHE_HOME``, else ``$XDG_CACHE_HOME/dtlab``,
+    else ``~/.cache/dtlab``."""
+    explicit = os.environ.get("DTLAB_CACHE_HOME")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "dtlab"
+
+
 def _module_file(name: str) -> str | None:
     try:
         spec = importlib.util.find_spec(name)

@@ -398,9 +398,10 @@ def default_cache_file(root: Path) -> Path | None:
     explicit = os.environ.get("DTLAB_REGISTRY_MANIFEST")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    from components.core.cache import user_cache_dir
+
     tag = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:12]
-    return Path(base) / "dtlab" / f"registry-{tag}.json"
+    return user_cache_dir() / f"registry-{tag}.json"
 
 
 class Index:

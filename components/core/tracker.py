@@ -50,20 +50,17 @@ def tracking_client(uri: str):
     run` beside a `dtlab ui`, two multirun drivers, a sweep and its jobs). So the first contact
     of each process with a SQLite store happens under an exclusive file lock (``<db>.lock``
     beside the database): the second process waits for the first's migration, then finds the
-    tables. A store that cannot be opened is left for the caller's first call to report."""
+    tables. A new store starts as a copy of an empty migrated one (:func:`_copy_empty_store`). A
+    store that cannot be opened is left for the caller's first call to report."""
     from mlflow.tracking import MlflowClient
 
     db = sqlite_path(uri)
     if db is None or uri in _READY:
         return MlflowClient(tracking_uri=uri)
     db.parent.mkdir(parents=True, exist_ok=True)
-    with open(db.with_name(db.name + ".lock"), "a") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        except ImportError:  # not POSIX: no lock, as before
-            pass
+    with _locked(db.with_name(db.name + ".lock")):
+        if not db.exists() or db.stat().st_size == 0:
+            _copy_empty_store(db)
         client = MlflowClient(tracking_uri=uri)  # MLflow may open the store here already: under the lock too
         try:
             client.search_experiments(max_results=1)  # opens the store: creates or checks its schema
@@ -71,6 +68,71 @@ def tracking_client(uri: str):
         except Exception as e:  # noqa: BLE001 - reported by the caller's own first call
             log.debug("tracking store %s not ready: %s", uri, e)
     return client
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on the file ``path`` (created) for the block; no lock where fcntl is missing."""
+    with open(path, "a") as f:
+        try:
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except ImportError:  # not POSIX: no lock
+            pass
+        yield
+
+
+def _copy_empty_store(db: Path) -> bool:
+    """Start a new SQLite store as a copy of an empty, fully migrated one (made once per MLflow
+    version). MLflow builds a new store by replaying its ~60 schema migrations, about 1 s here,
+    paid by every fresh runs_dir, test store and `dtlab run` on a new machine; the copy takes
+    milliseconds. The template has MLflow's tables and no experiment: MLflow then adds its Default
+    experiment with this store's own artifact root, as for a store it built. Any failure leaves the
+    store to MLflow, which builds it the slow way."""
+    import shutil
+
+    try:
+        template = _empty_store_template()
+        tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+        shutil.copyfile(template, tmp)
+        os.replace(tmp, db)
+        return True
+    except Exception as e:  # noqa: BLE001 - the slow path still works
+        log.debug("no empty-store template for %s: %s", db, e)
+        return False
+
+
+def _empty_store_template() -> Path:
+    """The template for this MLflow version, built (under a lock, atomically) on first use."""
+    import sqlite3
+
+    import mlflow
+    from mlflow.store.db.utils import _initialize_tables, _verify_schema, create_sqlalchemy_engine_with_retry
+
+    from components.core.cache import user_cache_dir
+
+    root = user_cache_dir()
+    path = root / f"mlflow-{mlflow.__version__}-empty.db"
+    if path.is_file():
+        return path
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / (path.name + ".lock")):
+        if path.is_file():
+            return path
+        tmp = root / f".{path.name}.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        engine = create_sqlalchemy_engine_with_retry(f"sqlite:///{tmp}")
+        try:
+            _initialize_tables(engine)
+            _verify_schema(engine)
+        finally:
+            engine.dispose()
+        with contextlib.closing(sqlite3.connect(tmp)) as con:
+            con.execute("DELETE FROM experiments")   # none is created by the migrations; kept exact anyway
+            con.commit()
+        os.replace(tmp, path)
+    return path
 
 
 def sqlite_path(uri: str) -> Path | None:

@@ -2,14 +2,14 @@
 import time
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from components.core.runs_query import latest_parents
+from components.core.tracker import tracking_client
 
 
 def test_running_parent_is_skipped_and_named(tmp_path):
     # Prepare: a finished parent, then a newer one left RUNNING, and a child run (not a parent)
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    client = tracking_client(f"sqlite:///{tmp_path}/m.db")
     exp = client.create_experiment("x")
     done = client.create_run(exp, tags={"dtlab.kind": "parent"}, run_name="done")
     client.set_terminated(done.info.run_id, "FINISHED")
@@ -29,7 +29,7 @@ def test_history_is_every_ended_parent_newest_first_with_its_robustness_label(tm
     from components.core.runs_query import parent_history, robustness_label
 
     # Prepare: three ended parents (one a perturbation named by tag, one by its override only), one RUNNING
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/m.db")
+    client = tracking_client(f"sqlite:///{tmp_path}/m.db")
     exp = client.create_experiment("x")
     t0 = int(time.time() * 1000)
     for i, tags in enumerate(({}, {"robustness": "slow_link"}, {"dtlab.overrides": "experiment=x robustness=seeds"})):

@@ -163,3 +163,44 @@ def test_processes_opening_one_fresh_store_at_once_all_get_it(tmp_path):
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     # Assert
     assert all(rc == 0 for rc, _ in results), [err.strip().splitlines()[-1:] for _, err in results]
+
+
+def _schema(db) -> tuple[list, list]:
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        tables = con.execute("select name, sql from sqlite_master where type in ('table', 'index') order by name").fetchall()
+        return tables, con.execute("select version_num from alembic_version").fetchall()
+
+
+def test_a_fresh_store_is_the_migrated_template_and_gets_its_own_default_experiment(tmp_path, monkeypatch):
+    # Prepare: a template cache of this test's own; a store MLflow builds the slow way, to compare with
+    from mlflow.tracking import MlflowClient
+
+    from components.core import tracker
+
+    monkeypatch.setenv("DTLAB_CACHE_HOME", str(tmp_path / "cache"))
+    slow = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/slow/mlflow.db")
+    slow.search_experiments()
+    # Execute
+    client = tracker.tracking_client(f"sqlite:///{tmp_path}/fast/mlflow.db")
+    run = client.create_run(client.create_experiment("x"))
+    client.log_metric(run.info.run_id, "m", 1.0)
+    # Assert: copied from the template (built once), the same schema and revision as MLflow's, and MLflow's
+    # Default experiment made for this store, as in the slow one
+    assert list((tmp_path / "cache").glob("mlflow-*-empty.db"))
+    assert _schema(tmp_path / "fast" / "mlflow.db") == _schema(tmp_path / "slow" / "mlflow.db")
+    assert [(e.experiment_id, e.name) for e in client.search_experiments(filter_string="name = 'Default'")] == [("0", "Default")]
+    assert client.get_run(run.info.run_id).data.metrics == {"m": 1.0}
+
+
+def test_a_broken_template_cache_falls_back_to_mlflows_own_migration(tmp_path, monkeypatch):
+    # Prepare: the cache directory is a file, so no template can be made there
+    from components.core import tracker
+
+    (tmp_path / "cache").write_text("not a directory")
+    monkeypatch.setenv("DTLAB_CACHE_HOME", str(tmp_path / "cache"))
+    # Execute
+    client = tracker.tracking_client(f"sqlite:///{tmp_path}/s/mlflow.db")
+    # Assert: the store works all the same
+    assert client.get_experiment(client.create_experiment("y")).name == "y"

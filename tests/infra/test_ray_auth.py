@@ -44,6 +44,16 @@ def _listeners(procs: list[psutil.Process]) -> list[tuple[psutil.Process, str, i
     return out
 
 
+def _http_all(listeners: list[tuple[psutil.Process, str, int]]) -> list[tuple[psutil.Process, str, int, tuple | None]]:
+    """:func:`_http` of every listener at once: a gRPC port holds a GET until its 3 s timeout, and a
+    Ray node has a dozen of them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(listeners))) as pool:
+        answers = list(pool.map(lambda lst: _http(lst[1], lst[2]), listeners))
+    return [(p, ip, port, r) for (p, ip, port), r in zip(listeners, answers)]
+
+
 def _http(ip: str, port: int) -> tuple[int, str] | None:
     """(status, start of body) of GET / without a token; None if the port does not speak HTTP."""
     host = "127.0.0.1" if ip in ("0.0.0.0", "::") else ip
@@ -125,8 +135,7 @@ def test_a_real_run_refuses_clients_without_the_token_and_http_is_on_loopback(tm
 
         def dashboard():  # the dashboard head's HTTP server: GET / is its page
             heads = [p for p in _tree(proc.pid) if "dashboard.py" in " ".join(_safe(p.cmdline) or [])]
-            for p, ip, port in _listeners(heads):
-                r = _http(ip, port)
+            for _, ip, port, r in _http_all(_listeners(heads)):
                 if r and r[0] == 200 and "<!doctype html" in r[1].lower():
                     yield ip, port
 
@@ -148,8 +157,7 @@ def test_a_real_run_refuses_clients_without_the_token_and_http_is_on_loopback(tm
         dash = {ip for ip, _ in dashboard()}
         assert dash and dash <= LOOPBACK, f"dashboard listens on {dash}"
         exposed = []
-        for p, ip, port in _listeners(_tree(proc.pid)):
-            r = _http(ip, port)
+        for p, ip, port, r in _http_all(_listeners(_tree(proc.pid))):
             if r is None or ip in LOOPBACK or r[0] in (401, 403) or r[1].startswith("# HELP"):
                 continue
             exposed.append(f"{_safe(p.name)} {ip}:{port} -> HTTP {r[0]}")

@@ -10,8 +10,8 @@ import importlib.util
 
 import pytest
 
-from mlflow.tracking import MlflowClient
 
+from components.core.tracker import tracking_client
 from pipelines import scoreboard as sb
 from tests.infra.svc import INFRA, need_binary
 from tests.pipelines.test_scoreboard import fake_parent, outcome
@@ -30,7 +30,7 @@ def test_scoreboard_page_renders_table_and_plots(tmp_path):
     from PIL import Image
 
     # Prepare: two code versions of one experiment (the newer one with a plot), one premise not met
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    client = tracking_client(f"sqlite:///{tmp_path}/mlflow.db")
     fake_parent(client, "ui_exp", "a" * 40, [outcome("gain_claim", False, "0.01")], minute=1)
     fake_parent(client, "ui_exp", "b" * 40, [outcome("gain_claim", True, "0.07", measured_pm="0.07 ± 0.01"),
                                              outcome("setting_claim", False, "1", premise_holds=False)],

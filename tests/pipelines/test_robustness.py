@@ -10,6 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from components.core.errors import ConfigError
+from components.core.tracker import tracking_client
 from pipelines import config, dag
 from pipelines.experiment import build_spec, perturbations
 from pipelines.robustness import plan, report
@@ -62,7 +63,7 @@ def test_every_experiment_declares_two_perturbations_that_validate(name):
 
 def test_report_counts_off_tuned_holds_from_this_sessions_runs(tmp_path):
     # Prepare: an older session's perturbation run (ignored), then this session's tuned and perturbed runs
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    client = tracking_client(f"sqlite:///{tmp_path}/mlflow.db")
     fake_parent(client, "x", "a" * 40, [outcome("gain", True, "1")], minute=1, robustness="slow")
     fake_parent(client, "x", "a" * 40, [outcome("gain", True, "1"), outcome("ok", True, "1")], minute=10,
                 robustness="tuned")

@@ -11,10 +11,10 @@ import time
 from dataclasses import asdict
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from components.core.claims import ClaimOutcome
 from components.core.errors import ConfigError
+from components.core.tracker import tracking_client
 from pipelines import scoreboard as sb
 from pipelines.experiment import build_spec
 from tests.infra.svc import ROOT, dtlab_env
@@ -66,7 +66,7 @@ def outcome(name: str, holds: bool, measured: str, premise_holds: bool | None = 
 
 @pytest.fixture
 def client(tmp_path):
-    return MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    return tracking_client(f"sqlite:///{tmp_path}/mlflow.db")
 
 
 def test_history_across_two_code_versions_and_latest_tuned_run(client):
