@@ -23,6 +23,7 @@ from components.core.provenance import ROOT, dtlab_version
 HASH_TAG = "dtlab.input_hash"
 HASH_ERROR_TAG = "dtlab.input_hash_error"   # why a run has no input hash (hashing failed at run time)
 CONFIG_TAG = "dtlab.config_hash"
+LEGACY_HASH_TAG = "dtlab.input_hash_legacy"   # a re-keyed run's hash as it ran (see :func:`rekey`)
 FLAVOUR_TAG = "dtlab.flavour"
 SUBSET_TAG = "dtlab.subset"
 ARTIFACT = "inputs.json"
@@ -35,6 +36,9 @@ class Inputs:
     config: str                              # hash of the resolved config (flavour, only= included)
     version: str                             # dtlab's version
     files: dict[str, str] = field(default_factory=dict)   # repo-relative path -> sha256[:16]
+    # this checkout's config under the legacy hash (config_hash(legacy=True)) where it differs: a
+    # record made before the full flavour's hash left out the debug block matches it. Never recorded.
+    legacy_config: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"digest": self.digest, "config": self.config, "version": self.version, "files": self.files}
@@ -63,7 +67,12 @@ def _normalised(obj: Any) -> Any:
     return json.loads(text)
 
 
-def config_hash(experiment: dict, debug: bool, only: list[str] | None) -> str:
+def config_hash(experiment: dict, debug: bool, only: list[str] | None, legacy: bool = False) -> str:
+    """Hash of the resolved config a run reads. The full flavour leaves out the ``debug:`` block, which
+    a full run never reads, so a debug configuration (the tests' size) can change without making the
+    board stale. ``legacy``: the hash as records made before that carry it (the whole experiment)."""
+    if not debug and not legacy:
+        experiment = {k: v for k, v in experiment.items() if k != "debug"}
     blob = json.dumps({"experiment": _normalised(experiment), "flavour": "debug" if debug else "full",
                        "only": sorted(only or [])}, sort_keys=True, default=str)
     return _sha(blob.encode())
@@ -103,8 +112,9 @@ def of_spec(spec, experiment: dict, debug: bool, only: list[str] | None) -> Inpu
         if p is not None:
             files[p] = file_hash(p)
     cfg, version = config_hash(experiment, debug, only), dtlab_version()
+    legacy = config_hash(experiment, debug, only, legacy=True)
     digest = _sha(json.dumps({"config": cfg, "version": version, "files": files}, sort_keys=True).encode())
-    return Inputs(digest, cfg, version, dict(sorted(files.items())))
+    return Inputs(digest, cfg, version, dict(sorted(files.items())), legacy_config=legacy if legacy != cfg else "")
 
 
 def of_config(cfg: dict) -> Inputs:
@@ -153,11 +163,44 @@ def changed(recorded: Inputs, current: Inputs) -> list[str]:
     version; [] when they agree."""
     if recorded.digest == current.digest:
         return []
+    if not (recorded.config or recorded.files):
+        return ["the input hash (parts not recorded)"]
     out = _files_changed(recorded, current)
-    if recorded.config != current.config:
+    if recorded.config not in {current.config, current.legacy_config or current.config}:
         out.append("the resolved config")
-    out += _version_changed(recorded, current)
-    return out or ["the input hash (parts not recorded)"]
+    return out + _version_changed(recorded, current)   # [] : the same parts, a record with the legacy config hash
+
+
+def upgraded(recorded: dict[str, Any], current: Inputs | None) -> dict[str, Any]:
+    """A recorded inputs dict with the legacy config hash, re-keyed to ``current``'s hash when they
+    agree (the whole experiment, debug block included, is unchanged, so its hash without the debug
+    block is ``current``'s too): a later edit of the debug block then leaves it current. Any other
+    record is returned as it is."""
+    if current is None or not current.legacy_config:
+        return recorded
+    rec = Inputs.from_json(recorded)
+    if rec.config != current.legacy_config or changed(rec, current):
+        return recorded
+    return {**recorded, "digest": current.digest, "config": current.config}
+
+
+def rekey(client, run, current: Inputs) -> bool:
+    """Re-key a run recorded with the legacy config hash to ``current``'s hash when its recorded inputs
+    agree with this checkout's (:func:`upgraded`); its old hash is kept in ``LEGACY_HASH_TAG``. True
+    when it was re-keyed. Only `dtlab reproduce` (not a dry run) calls it: the one command that writes
+    the board's records."""
+    old = run.data.tags.get(HASH_TAG)
+    if not old or old == current.digest or not current.legacy_config:
+        return False
+    from pipelines.scoreboard import _Artifacts
+
+    recorded = _Artifacts(client).json(run.info.run_id, ARTIFACT)
+    if not recorded or upgraded(recorded, current) is recorded:
+        return False
+    client.set_tag(run.info.run_id, LEGACY_HASH_TAG, old)
+    client.set_tag(run.info.run_id, HASH_TAG, current.digest)
+    client.set_tag(run.info.run_id, CONFIG_TAG, current.config)
+    return True
 
 
 def code_changed(recorded: Inputs, current: Inputs) -> list[str]:

@@ -190,13 +190,15 @@ def _matches(run, job: Job, flavour: str) -> bool:
     return same and not off_board(run, flavour)
 
 
-def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | None = None) -> None:
+def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | None = None,
+          rekey_runs: bool = False) -> None:
     """Fill each job's latest run, last wall time and why it runs ([] = current). ``recorded``: the
     inputs the RESULTS.md being written records ({experiment: inputs}); an experiment with no run in
     the store is current when they are this checkout's (RESULTS.md carries its section: a fresh clone
-    re-runs what changed, not the whole board)."""
+    re-runs what changed, not the whole board). ``rekey_runs``: a current run recorded with the
+    legacy config hash gets this checkout's (:func:`pipelines.inputs.rekey`)."""
     from components.core.runs_query import parent_history
-    from pipelines.inputs import ARTIFACT, HASH_TAG, Inputs, changed, unrecorded
+    from pipelines.inputs import ARTIFACT, HASH_TAG, Inputs, changed, rekey, unrecorded
     from pipelines.results_md import run_wall, recorded_changes
     from pipelines.scoreboard import _Artifacts
 
@@ -220,6 +222,8 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
         else:
             rec = art.json(job.latest.info.run_id, ARTIFACT)
             job.why = changed(Inputs.from_json(rec) if rec else Inputs(job.latest.data.tags[HASH_TAG], "", ""), job.inputs)
+            if not job.why and rekey_runs:
+                rekey(client, job.latest, job.inputs)
         if force and not job.why:
             job.why = ["--force"]
         job.state = "queued" if job.why else "current"
@@ -419,6 +423,7 @@ def _file_current(path: Path, jobs: list[Job]) -> bool:
     except (OSError, ValueError):
         return False
     return all(j.experiment in recorded and not recorded_changes(recorded[j.experiment], j.inputs)
+               and recorded[j.experiment].get("config") == j.inputs.config   # a legacy record: re-keyed on writing
                for j in jobs if not j.label)
 
 
@@ -466,7 +471,8 @@ def cmd_reproduce(args: list[str]) -> None:
     except ConfigError as e:
         _die(str(e))
     client = tracking_client(uri)
-    judge(jobs, client, opts["flavour"], opts["force"], _recorded(previous_path(opts, cfg["runs_dir"]), opts["flavour"]))
+    judge(jobs, client, opts["flavour"], opts["force"], _recorded(previous_path(opts, cfg["runs_dir"]), opts["flavour"]),
+          rekey_runs=not opts["dry_run"])
     todo = [j for j in jobs if j.why]
     console.print(f"dtlab reproduce: {len(jobs)} configuration(s) · {len(todo)} to run · "
                   f"{len(jobs) - len(todo)} current (checked in {time.time() - t0:.1f}s) · store {uri}")

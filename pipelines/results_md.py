@@ -123,7 +123,10 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
     board run in the store are carried (:func:`_carry`)."""
     from pipelines import scoreboard as sb
 
+    from pipelines.inputs import upgraded
+
     rows, latest = sb.collect(client, experiments=experiments, flavour=flavour, current=current)
+    now_of = current or (lambda e: sb.current_inputs(e, flavour))
     art = sb._Artifacts(client)
     configs = sb._experiment_configs()
     out: dict[str, Any] = {"flavour": flavour, "experiments": [], "inputs": {}}
@@ -156,13 +159,13 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
         if run is not None:
             recorded = art.json(run.info.run_id, "inputs.json")
             if recorded:
-                out["inputs"][exp] = {**recorded, "overrides": [f"experiment={exp}"]
+                out["inputs"][exp] = {**upgraded(recorded, now_of(exp)), "overrides": [f"experiment={exp}"]
                                       + (["debug=true"] if flavour == "debug" else [])}
             if plots_dir is not None:
                 entry["plots"] = _copy_plots(client, run.info.run_id, plots_dir / exp, base)
         out["experiments"].append(entry)
     if previous:
-        _carry(out, previous, current or (lambda e: sb.current_inputs(e, flavour)))
+        _carry(out, previous, now_of)
     ran = [e for e in out["experiments"] if e["run_id"]]
     out["code_versions"] = sorted({e["code_version"] for e in ran})
     out["robustness_code_versions"] = sorted({r["code_version"] for e in ran for r in e["robustness"]["runs"].values()})
@@ -214,7 +217,10 @@ def recorded_changes(recorded: dict[str, Any], now) -> list[str]:
 
 def _carry(model: dict[str, Any], previous: str, current) -> None:
     """Fill, from the file being overwritten, each experiment of ``model`` with no board run whose
-    inputs that file records as ``current(experiment)`` (same flavour only); others stay as they are."""
+    inputs that file records as ``current(experiment)`` (same flavour only); others stay as they are.
+    A record with the legacy config hash is re-keyed (:func:`pipelines.inputs.upgraded`)."""
+    from pipelines.inputs import upgraded
+
     old = _old_board(previous, model["flavour"])
     machines = _old_machines(previous) if old else []
     for e in model["experiments"]:
@@ -225,7 +231,7 @@ def _carry(model: dict[str, Any], previous: str, current) -> None:
         if now is None or recorded_changes(o["inputs"], now):
             continue
         e.update(_carried_entry(e["name"], o, machines))
-        model["inputs"][e["name"]] = o["inputs"]
+        model["inputs"][e["name"]] = upgraded(o["inputs"], now)
 
 
 def _old_board(text: str, flavour: str) -> dict[str, dict[str, Any]]:

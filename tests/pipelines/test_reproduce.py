@@ -16,7 +16,8 @@ import components.core.probe  # noqa: F401 - registers `probe` (platform_probe's
 from components.core.claims import ClaimOutcome
 from components.core.tracker import tracking_client
 from pipelines import config, reproduce, results_md
-from pipelines.inputs import HASH_ERROR_TAG, Inputs, of_config
+from pipelines.inputs import (HASH_ERROR_TAG, HASH_TAG, LEGACY_HASH_TAG, Inputs, changed, config_hash, of_config,
+                             upgraded)
 from tests.infra.svc import ROOT, dtlab_env
 from tests.pipelines.test_scoreboard import fake_parent
 
@@ -263,6 +264,83 @@ def test_results_elsewhere_without_from_carries_nothing(tmp_path, probe_inputs):
     recorded = reproduce._recorded(reproduce.previous_path(opts, str(tmp_path)), "full")
     # Assert: nothing recorded, so every experiment without a store run runs
     assert recorded == {}
+
+
+def _probe_cfg(debug: bool, steps: int | None = None) -> dict:
+    """platform_probe's composed config; ``steps``: its debug block's step count edited."""
+    cfg = config.compose([f"experiment={EXP}", f"debug={str(debug).lower()}"])
+    if steps is not None:
+        cfg["experiment"]["debug"] = {**cfg["experiment"]["debug"], "common.probe.steps": steps}
+    return cfg
+
+
+def test_a_debug_block_edit_stales_debug_records_only():
+    # Prepare: both flavours' inputs as recorded, then the debug block's step count edited
+    full, debug = of_config(_probe_cfg(False)), of_config(_probe_cfg(True))
+    # Execute
+    full_now, debug_now = of_config(_probe_cfg(False, steps=9)), of_config(_probe_cfg(True, steps=9))
+    # Assert: a full run never reads the debug block, so its record stays current; the debug one does not
+    assert full_now.digest == full.digest and changed(full, full_now) == []
+    assert debug_now.digest != debug.digest and changed(debug, debug_now) == ["the resolved config"]
+
+
+def test_a_record_with_the_legacy_config_hash_is_current_until_the_yaml_changes():
+    # Prepare: a full record made before the full hash left out the debug block (the whole experiment hashed)
+    cfg = _probe_cfg(False)
+    now = of_config(cfg)
+    legacy = config_hash(cfg["experiment"], False, None, legacy=True)
+    recorded = Inputs("0" * 16, legacy, now.version, dict(now.files))
+    # Execute
+    same, edited = changed(recorded, now), changed(recorded, of_config(_probe_cfg(False, steps=9)))
+    # Assert: current while nothing changed; an edit anywhere (the debug block included) is one the
+    # legacy hash saw, so it is named
+    assert now.legacy_config == legacy != now.config and same == []
+    assert edited == ["the resolved config"]
+
+
+def _legacy_record(inputs: Inputs, cfg: dict) -> dict:
+    """``inputs`` as a run made before the full flavour's hash left out the debug block records them."""
+    legacy = config_hash(cfg["experiment"], False, None, legacy=True)
+    return {**inputs.to_json(), "config": legacy, "digest": "0" * 16}
+
+
+def test_reproduce_rekeys_a_legacy_run_and_the_board_records_the_new_hash(client, tmp_path, probe_inputs):
+    # Prepare: the board run recorded with the legacy config hash, its YAML unchanged since
+    rec = _legacy_record(probe_inputs, _probe_cfg(False))
+    fake_parent(client, EXP, "aaaa" * 10, _claims(), minute=1, inputs=rec, extra={"dtlab.flavour": "full"})
+    jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs)]
+    dry = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs)]
+    # Execute: a dry run first (it must not write), then the real judge, then RESULTS.md
+    reproduce.judge(dry, client, "full", force=False)
+    untouched = client.get_run(dry[0].latest.info.run_id).data.tags[HASH_TAG]
+    reproduce.judge(jobs, client, "full", force=False, rekey_runs=True)
+    tags = client.get_run(jobs[0].latest.info.run_id).data.tags
+    results_md.write(client, tmp_path / "RESULTS.md", current={EXP: probe_inputs}.get)
+    # Assert: current both times; re-keyed only by the real one, the old hash kept; the file records the new hash
+    assert dry[0].why == [] == jobs[0].why and untouched == "0" * 16
+    assert tags[HASH_TAG] == probe_inputs.digest and tags[LEGACY_HASH_TAG] == "0" * 16
+    _, recorded = results_md.read_inputs((tmp_path / "RESULTS.md").read_text())
+    assert (recorded[EXP]["config"], recorded[EXP]["digest"]) == (probe_inputs.config, probe_inputs.digest)
+
+
+def test_a_carried_legacy_record_is_rekeyed_and_a_changed_one_is_not(client, tmp_path, probe_inputs):
+    # Prepare: a committed board whose record of EXP has the legacy hash; a fresh store
+    path, old, empty = _old_results(client, tmp_path, probe_inputs)
+    legacy = _legacy_record(probe_inputs, _probe_cfg(False))
+    lines = [json.dumps({"experiment": EXP, **{k: v for k, v in legacy.items()},
+                         "overrides": [f"experiment={EXP}"]}, sort_keys=True)
+             if line.startswith("{") and f'"experiment": "{EXP}"' in line else line for line in old.splitlines()]
+    path.write_text("\n".join(lines) + "\n")
+    assert results_md.read_inputs(path.read_text())[1][EXP]["config"] == legacy["config"]
+    moved = Inputs("f" * 16, probe_inputs.config, probe_inputs.version,
+                   dict(probe_inputs.files, **{"components/core/probe.py": "1" * 16}),
+                   legacy_config=probe_inputs.legacy_config)
+    # Execute
+    results_md.write(empty, path, current={EXP: probe_inputs}.get)
+    _, carried = results_md.read_inputs(path.read_text())
+    # Assert: carried with this checkout's hash; a record whose files changed is never re-keyed
+    assert results_md.CARRIED in path.read_text() and carried[EXP]["config"] == probe_inputs.config
+    assert upgraded(legacy, moved) is legacy and upgraded(legacy, probe_inputs)["config"] == probe_inputs.config
 
 
 def test_a_perturbation_to_run_brings_its_tuned_run_into_the_store(client, probe_inputs):
