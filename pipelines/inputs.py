@@ -184,17 +184,14 @@ def upgraded(recorded: dict[str, Any], current: Inputs | None) -> dict[str, Any]
     return {**recorded, "digest": current.digest, "config": current.config}
 
 
-def rekey(client, run, current: Inputs) -> bool:
+def rekey(client, run, recorded: dict[str, Any] | None, current: Inputs) -> bool:
     """Re-key a run recorded with the legacy config hash to ``current``'s hash when its recorded inputs
-    agree with this checkout's (:func:`upgraded`); its old hash is kept in ``LEGACY_HASH_TAG``. True
-    when it was re-keyed. Only `dtlab reproduce` (not a dry run) calls it: the one command that writes
-    the board's records."""
+    (``recorded``: its ``inputs.json``) agree with this checkout's (:func:`upgraded`); its old hash is
+    kept in ``LEGACY_HASH_TAG``. True when it was re-keyed. Only `dtlab reproduce` (not a dry run)
+    calls it: the one command that writes the board's records."""
     old = run.data.tags.get(HASH_TAG)
     if not old or old == current.digest or not current.legacy_config:
         return False
-    from pipelines.scoreboard import _Artifacts
-
-    recorded = _Artifacts(client).json(run.info.run_id, ARTIFACT)
     if not recorded or upgraded(recorded, current) is recorded:
         return False
     client.set_tag(run.info.run_id, LEGACY_HASH_TAG, old)

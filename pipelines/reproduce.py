@@ -223,7 +223,7 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
             rec = art.json(job.latest.info.run_id, ARTIFACT)
             job.why = changed(Inputs.from_json(rec) if rec else Inputs(job.latest.data.tags[HASH_TAG], "", ""), job.inputs)
             if not job.why and rekey_runs:
-                rekey(client, job.latest, job.inputs)
+                rekey(client, job.latest, rec, job.inputs)
         if force and not job.why:
             job.why = ["--force"]
         job.state = "queued" if job.why else "current"

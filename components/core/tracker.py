@@ -85,7 +85,7 @@ def _locked(path: Path):
 
 def _copy_empty_store(db: Path) -> bool:
     """Start a new SQLite store as a copy of an empty, fully migrated one (made once per MLflow
-    version). MLflow builds a new store by replaying its ~60 schema migrations, about 1 s here,
+    version). MLflow builds a new store by replaying its schema migrations (1.3-1.6 s here),
     paid by every fresh runs_dir, test store and `dtlab run` on a new machine; the copy takes
     milliseconds. The template has MLflow's tables and no experiment: MLflow then adds its Default
     experiment with this store's own artifact root, as for a store it built. Any failure leaves the

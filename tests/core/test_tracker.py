@@ -166,10 +166,13 @@ def test_processes_opening_one_fresh_store_at_once_all_get_it(tmp_path):
 
 
 def _schema(db) -> tuple[list, list]:
+    """Every table's and index's definition (its lines sorted: MLflow's batch migrations rebuild tables
+    with their constraints in an order that varies from process to process) and the alembic revision."""
     import sqlite3
 
     with sqlite3.connect(db) as con:
-        tables = con.execute("select name, sql from sqlite_master where type in ('table', 'index') order by name").fetchall()
+        rows = con.execute("select name, sql from sqlite_master where type in ('table', 'index') order by name").fetchall()
+        tables = [(name, sorted(line.strip().rstrip(",") for line in (sql or "").splitlines())) for name, sql in rows]
         return tables, con.execute("select version_num from alembic_version").fetchall()
 
 
