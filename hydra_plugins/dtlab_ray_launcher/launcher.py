@@ -73,7 +73,14 @@ def job_parent(sweep_config: DictConfig) -> Optional[str]:
 
 
 def _run_remote(hydra_context: HydraContext, task_function: TaskFunction, sweep_config: DictConfig,
-                singleton_state: dict) -> tuple[JobReturn, Optional[str]]:
+                singleton_state: dict, beacon: Optional[str] = None) -> tuple[JobReturn, Optional[str]]:
+    if beacon:  # first: which process runs this job, for a driver that must wait for it to go
+        from components.core.provenance import driver_id
+
+        try:
+            Path(beacon).write_text(driver_id())
+        except OSError:   # another node's filesystem: the driver cannot watch this process anyway
+            pass
     Singleton.set_state(singleton_state)
     setup_globals()
     quiet_loggers()
@@ -149,6 +156,9 @@ class DtlabRayLauncher(Launcher):
         task = ray.remote(num_cpus=self.job_cpus, max_retries=0)(_run_remote)
         state = Singleton.get_state()
         refs: list[Any] = []
+        beacons: dict[Any, Path] = {}   # job task -> the file its process writes its driver tag to
+        beacon_dir = Path(str(self.config.hydra.sweep.dir)).resolve() / ".dtlab-jobs"
+        beacon_dir.mkdir(parents=True, exist_ok=True)
         results: list[JobReturn] = []
         experiments: set[str] = set()
         idxs = {str(initial_job_idx + i) for i in range(len(job_overrides))}
@@ -162,17 +172,22 @@ class DtlabRayLauncher(Launcher):
                 with open_dict(sweep_config):
                     sweep_config.hydra.job.id = f"{sweep_config.hydra.job.name}_{idx}"
                     sweep_config.hydra.job.num = idx
+                beacon = beacon_dir / f"{idx}.driver"
+                beacon.unlink(missing_ok=True)
                 refs.append(task.options(name=f"hydra-job-{idx}").remote(self.hydra_context, self.task_function,
-                                                                           sweep_config, state))
+                                                                           sweep_config, state, str(beacon)))
+                beacons[refs[-1]] = beacon
                 if self.max_parallel and len(refs) >= self.max_parallel:
-                    results.append(self._gather(refs.pop(0), job_overrides[len(results)], initial_job_idx + len(results)))
+                    results.append(self._gather(refs[0], job_overrides[len(results)], initial_job_idx + len(results)))
+                    refs.pop(0)   # only once gathered: a job interrupted while awaited is still cancelled
             while refs:
-                results.append(self._gather(refs.pop(0), job_overrides[len(results)], initial_job_idx + len(results)))
+                results.append(self._gather(refs[0], job_overrides[len(results)], initial_job_idx + len(results)))
+                refs.pop(0)
             if self.summary:
                 self._print_summary(tracker, job_overrides, results, initial_job_idx)
             return results
         except KeyboardInterrupt as e:
-            self._interrupted(e, refs, tracker, experiments, idxs, t0_ms)
+            self._interrupted(e, refs, tracker, experiments, idxs, t0_ms, beacons)
             raise
 
     def _gather(self, ref, overrides: Sequence[str], idx: int) -> JobReturn:
@@ -217,14 +232,19 @@ class DtlabRayLauncher(Launcher):
         print("\n".join(summary_lines(rows)), flush=True)
 
     @staticmethod
-    def _interrupted(e, refs, tracker, experiments, idxs, t0_ms) -> None:
-        """Cancel the jobs still running, wait for their workers to stop, end their open runs KILLED."""
+    def _interrupted(e, refs, tracker, experiments, idxs, t0_ms, beacons) -> None:
+        """Cancel the jobs still running, wait for their workers' processes to exit (``beacons``: job task ->
+        the file the job, once started, wrote its driver tag to), end their open runs KILLED."""
         import ray
 
         from components.core.interrupts import interrupt_reason
-        from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs
+        from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs, wait_gone
 
         reason = interrupt_reason(e)
+        try:   # a job already done keeps its (idle, reusable) worker: only the cancelled ones' exits are awaited
+            done = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+        except Exception:  # noqa: BLE001
+            done = set()
         for ref in refs:
             try:
                 ray.cancel(ref, force=True)
@@ -234,6 +254,10 @@ class DtlabRayLauncher(Launcher):
             ray.wait(refs, num_returns=len(refs), timeout=15)
         except Exception:  # noqa: BLE001
             pass
+        # Ray answers a forced cancel before the worker exits: a job in that window can still create a run
+        left = wait_gone([beacons[r].read_text() for r in refs if r not in done and beacons[r].exists()], timeout=15)
+        if left:
+            log.warning(f"{len(left)} cancelled job process(es) still running after 15 s: {', '.join(left)}")
         client = tracker.client
         exp_ids = [x.experiment_id for x in (client.get_experiment_by_name(n) for n in experiments) if x]
         ended = end_open_runs(client, exp_ids, lambda r: r.data.tags.get("hydra.job") in idxs

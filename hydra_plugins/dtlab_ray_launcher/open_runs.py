@@ -3,10 +3,41 @@
 Jobs that ran as Ray tasks die with their worker and cannot end their own runs, so the driver
 ends every RUNNING run of the interrupted jobs, and every run nested under them, KILLED with the
 reason. (A SIGKILLed driver cannot; `mark_stale` ends those runs FAILED at the next run or `dtlab gc`.)
+
+It does so only once the cancelled jobs' processes have gone (:func:`wait_gone`): Ray answers a
+forced cancel before the worker has exited, and a job still running in that window can create a
+run after the driver looked.
 """
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Callable, Iterable
+
+
+def _running(tag: str) -> bool:
+    """The process named by a ``host:pid:start`` driver tag still runs on this host (a zombie has
+    ended; a process on another host cannot be told from here and counts as gone)."""
+    from components.core.provenance import driver_alive
+
+    if not driver_alive(tag):
+        return False
+    try:
+        state = Path(f"/proc/{int(tag.rsplit(':', 2)[1])}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
+        return True   # no procfs: driver_alive's word
+    return state not in ("Z", "X")
+
+
+def wait_gone(tags: Iterable[str], timeout: float = 30.0) -> list[str]:
+    """Wait until no process named by ``tags`` (driver tags) runs; the tags still running at ``timeout``."""
+    left = [t for t in dict.fromkeys(tags) if t]
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [t for t in left if _running(t)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 def end_open_runs(client, experiment_ids: Iterable[str], is_root: Callable, reason: str,

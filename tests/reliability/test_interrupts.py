@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from optuna.distributions import FloatDistribution
 
 from hydra_plugins.dtlab_optuna_sweeper.sweeper import INTERRUPTED, _requeue, counts, study_name
-from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs
+from hydra_plugins.dtlab_ray_launcher.open_runs import end_open_runs, wait_gone
 from pipelines.config import ROOT
 from tests.probe_runs import ready_store
 
@@ -66,6 +66,32 @@ def test_end_open_runs_ends_the_tree_under_its_roots(tmp_path):
     assert client.get_run(grand).data.tags["error"] == "stopped by SIGHUP"
     assert client.get_run(other).info.status == "RUNNING"
     client.set_terminated(other)  # leave no RUNNING run behind for `make reliability`'s count
+
+
+def test_wait_gone_waits_for_exits_and_counts_a_zombie_gone():
+    # Prepare: a process that exits in 0.3 s, one left a zombie (never reaped), one that keeps running
+    import socket
+
+    def tag(p):
+        start = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[19]
+        return f"{socket.gethostname()}:{p.pid}:{start}"
+
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    zombie = subprocess.Popen(["true"])
+    stays = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    tags = [tag(quick), tag(stays), tag(zombie)]   # `true` exits at once and is not reaped: a zombie
+    try:
+        # Execute
+        t0 = time.monotonic()
+        left = wait_gone(tags, timeout=2.0)
+        waited = time.monotonic() - t0
+    finally:
+        stays.kill()
+        for p in (quick, zombie, stays):
+            p.wait()
+    # Assert: the running one is named after the timeout; the exited one and the zombie count as gone
+    assert left == [tags[1]] and waited >= 2.0
+    assert wait_gone(["elsewhere:1:1", ""], timeout=5.0) == []   # another host's process cannot be waited for
 
 
 # --------------------------------------------------------------------------- real processes
