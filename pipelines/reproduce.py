@@ -227,13 +227,8 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
         if force and not job.why:
             job.why = ["--force"]
         job.state = "queued" if job.why else "current"
-    # a perturbation is judged against its experiment's tuned run in the store: with only RESULTS.md's
-    # record of it, RESULTS.md would carry the old section and drop the new perturbation runs
-    tuned = {j.experiment: j for j in jobs if not j.label}
-    for job in jobs:
-        t = tuned.get(job.experiment)
-        if job.label and job.why and t is not None and not t.why and t.latest is None:
-            t.why, t.note, t.state = [f"{job.label} is judged against it; it is not in this store"], "", "queued"
+    # a perturbation whose tuned run is only recorded in RESULTS.md (current, carried) is judged against
+    # that record's statuses when the file is written (results_md._merge_robustness): the tuned run is not re-run
 
 
 # ------------------------------------------------------------------------------------------ progress

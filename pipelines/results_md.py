@@ -230,7 +230,10 @@ def _carry(model: dict[str, Any], previous: str, current) -> None:
         now = current(e["name"])
         if now is None or recorded_changes(o["inputs"], now):
             continue
+        store_rows = e["claims"]   # perturbation runs in the store, judged against the carried tuned run
         e.update(_carried_entry(e["name"], o, machines))
+        if any(r["off_tuned"]["perturbations"] for r in store_rows):
+            _merge_robustness(e, store_rows)
         model["inputs"][e["name"]] = upgraded(o["inputs"], now)
 
 
@@ -350,6 +353,59 @@ def _carried_entry(name: str, old: dict[str, Any], machines: list[str]) -> dict[
             "carried": {"row": _mark_row(name, old["row"]), "section": _mark_section(old["section"])}}
 
 
+def _merge_robustness(e: dict[str, Any], rows: list[dict]) -> None:
+    """Add to a carried experiment the perturbation runs the store holds (``rows``: its claim rows, no
+    tuned run among them): each becomes a column of the carried claims table (replacing a column of
+    the same name), is named in the "Robustness runs" line, and counts in k/n against the carried
+    tuned statuses, as :func:`_robustness` counts a tuned run in the store. The tuned run's inputs are
+    this checkout's (it is carried), so the perturbation is judged against the same code."""
+    from pipelines.scoreboard import perturbation_status
+
+    section, row = list(e["carried"]["section"]), e["carried"]["row"]
+    head = next((i for i, line in enumerate(section) if line.startswith("| claim | paper | measured | status | premise")), None)
+    if head is None:
+        return
+    old_labels = _cells(section[head])[5:]
+    runs = dict(e["robustness"]["runs"])
+    by_claim = {r["claim"]: r for r in rows}
+    for r in rows:
+        for label, p in r["off_tuned"]["perturbations"].items():
+            runs[label] = {f: p.get(f, "") for f in ("code_version", "date", "run_failed")} | {"stale": bool(p.get("stale"))}
+    labels = sorted(set(old_labels) | set(runs))
+    end = next((i for i in range(head + 2, len(section)) if not section[i].startswith("|")), len(section))
+    kept_by = {label: True for label in labels}
+    table = ["| claim | paper | measured | status | premise" + "".join(f" | {p}" for p in labels) + " |",
+             "|---|---|---|---|---" + "|---" * len(labels) + "|"]
+    for line in section[head + 2:end]:
+        raw = re.split(r"(?<!\\)\|", line)[1:-1]
+        cells = _cells(line)
+        m = re.fullmatch(r"(.*?)((?: \((?:control|accounting)\))*)", cells[0])
+        name, tags = m.group(1), m.group(2)
+        old_cells = dict(zip(old_labels, cells[5:]))
+        r = by_claim.get(name)
+        offs = []
+        for label in labels:
+            p = r["off_tuned"]["perturbations"].get(label) if r else None
+            cell = perturbation_status(p) if p else old_cells.get(label, "–")
+            offs.append(cell)
+            status = cell.replace(" (run FAILED)", "").replace(" (stale)", "")
+            if not tags and cells[3] == "holds" and status not in (*KEPT, "not run", "–"):
+                kept_by[label] = False
+        table.append("|" + "|".join(raw[:5]) + "".join(f"| {_md(c)} " for c in offs) + "|")
+    counted = [label for label in labels if not runs.get(label, {}).get("stale")]
+    kept = [label for label in counted if kept_by[label]]
+    body = [line for line in section[:head] if not line.startswith("Robustness runs: ")]
+    while len(body) > 1 and body[-1] == "" and body[-2] == "":
+        body.pop()
+    section = body + [_robustness_line(labels, {p: runs.get(p, {"code_version": "?", "date": "?", "run_failed": False})
+                                                 for p in labels}), ""] + table + section[end:]
+    parts = re.split(r"(?<!\\)(\|)", row)   # cells and their pipes, so only the robustness cell changes
+    cell_at = 2 * (1 + 4 + len(STATUS_COLUMNS))
+    parts[cell_at] = f" {len(kept)}/{len(counted)} " if counted else " – "
+    e["carried"] = {"row": "".join(parts), "section": section}
+    e["robustness"] = {"k": len(kept), "n": len(counted), "kept": kept, "labels": labels, "runs": runs}
+
+
 def _mark_row(name: str, row: str) -> str:
     """The row with its name cell marked carried (once; a stale mark dropped: its inputs are current)."""
     return re.sub(r"^\| \[[^\]]*\]\(#[^)]*\)(?: \((?:stale|carried)\))* \|",
@@ -440,11 +496,7 @@ def _section(e: dict[str, Any]) -> list[str]:
         out += [f"**Stale**: changed since this run: {', '.join(e['stale'])}.", ""]
     perts = e["robustness"]["labels"]
     if perts:
-        runs = e["robustness"]["runs"]
-        out += ["Robustness runs: " + " · ".join(
-            f"{p} (code {runs[p]['code_version']}, {runs[p]['date']} UTC" + (", run FAILED" if runs[p]["run_failed"] else "")
-            + (", stale: its code has changed since, not counted" if runs[p].get("stale") else "") + ")"
-            for p in perts), ""]
+        out += [_robustness_line(perts, e["robustness"]["runs"]), ""]
     out += ["| claim | paper | measured | status | premise" + "".join(f" | {p}" for p in perts) + " |",
             "|---|---|---|---|---" + "|---" * len(perts) + "|"]
     for r in e["claims"]:
@@ -462,6 +514,14 @@ def _section(e: dict[str, Any]) -> list[str]:
     if e["plots"]:
         out += ["Plots: " + " · ".join(f"[{name}]({href})" for name, href in e["plots"]), ""]
     return out
+
+
+def _robustness_line(perts: list[str], runs: dict[str, dict[str, Any]]) -> str:
+    """"Robustness runs: p (code X, date UTC[, run FAILED][, stale ...]) · ..." (what
+    :func:`_parse_robustness_runs` reads back)."""
+    return "Robustness runs: " + " · ".join(
+        f"{p} (code {runs[p]['code_version']}, {runs[p]['date']} UTC" + (", run FAILED" if runs[p]["run_failed"] else "")
+        + (", stale: its code has changed since, not counted" if runs[p].get("stale") else "") + ")" for p in perts)
 
 
 def _inputs_block(model: dict[str, Any]) -> list[str]:

@@ -343,15 +343,40 @@ def test_a_carried_legacy_record_is_rekeyed_and_a_changed_one_is_not(client, tmp
     assert upgraded(legacy, moved) is legacy and upgraded(legacy, probe_inputs)["config"] == probe_inputs.config
 
 
-def test_a_perturbation_to_run_brings_its_tuned_run_into_the_store(client, probe_inputs):
+def test_a_perturbation_of_a_carried_experiment_does_not_rerun_its_tuned_run(client, probe_inputs):
     # Prepare: an empty store; RESULTS.md records EXP as current; one of its perturbations never ran
     jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs),
             reproduce.Job(EXP, "c_crashes", [], probe_inputs)]
     # Execute
     reproduce.judge(jobs, client, "full", force=False, recorded={EXP: probe_inputs.to_json()})
-    # Assert: the tuned run runs too (the perturbation is judged against it, and a carried section would drop it)
-    assert jobs[0].why == ["c_crashes is judged against it; it is not in this store"] and jobs[0].state == "queued"
-    assert jobs[1].why == ["never run"] and not jobs[0].note
+    # Assert: only the perturbation runs; it is judged against the recorded tuned run when the file is written
+    assert jobs[0].why == [] and jobs[0].state == "current" and jobs[0].note
+    assert jobs[1].why == ["never run"] and jobs[1].state == "queued"
+
+
+def test_a_perturbation_run_joins_the_carried_section_and_counts_against_its_statuses(client, tmp_path, probe_inputs):
+    # Prepare: the committed board (tuned holds, noisy_d fails it); a fresh store with two perturbation runs only
+    path, old, empty = _old_results(client, tmp_path, probe_inputs)
+    fake_parent(empty, EXP, "dddd" * 10, _claims(True), minute=6, robustness="a_keeps", inputs=probe_inputs.to_json())
+    fake_parent(empty, EXP, "dddd" * 10, _claims(False), minute=7, robustness="noisy_d", inputs=probe_inputs.to_json())
+    # Execute
+    model = results_md.write(empty, path, current={EXP: probe_inputs}.get)
+    text = path.read_text()
+    again = results_md.write(tracking_client(f"sqlite:///{tmp_path}/empty2.db"), path, current={EXP: probe_inputs}.get)
+    # Assert: still carried; a column per perturbation (noisy_d's now from the store's run), 1/2 in the row
+    (entry,) = [e for e in model["experiments"] if e["name"] == EXP]
+    assert entry["carried"] and (entry["robustness"]["k"], entry["robustness"]["n"]) == (1, 2)
+    assert entry["robustness"]["kept"] == ["a_keeps"]
+    section = text.split(f"## {EXP}\n", 1)[1].split("\n## ", 1)[0]
+    assert results_md.CARRIED in section and "| premise | a_keeps | noisy_d |" in section
+    assert "| holds |  | holds | fails |" in section   # tuned status, no premise, then a_keeps, noisy_d
+    assert "a_keeps (code dddddddddd" in section and "noisy_d (code dddddddddd" in section
+    assert section.count("Robustness runs: ") == 1
+    assert f"[{EXP}](#{EXP}) (carried) |" in text and " 1/2 |" in text
+    # carried once more from a store without them: the same bytes
+    (kept,) = [e for e in again["experiments"] if e["name"] == EXP]
+    assert path.read_text() == text and (kept["robustness"]["k"], kept["robustness"]["n"]) == (1, 2)
+
 
 @pytest.mark.parametrize("tags, why", [
     ({}, "inputs not recorded (a run from before input hashes)"),
