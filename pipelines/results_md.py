@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from components.core.provenance import ROOT
+from pipelines.inputs import upgraded
 from pipelines.scoreboard import perturbation_status
 
 BEGIN, END = "<!-- dtlab-inputs:begin -->", "<!-- dtlab-inputs:end -->"
@@ -123,8 +124,6 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
     board run in the store are carried (:func:`_carry`)."""
     from pipelines import scoreboard as sb
 
-    from pipelines.inputs import upgraded
-
     rows, latest = sb.collect(client, experiments=experiments, flavour=flavour, current=current)
     now_of = current or (lambda e: sb.current_inputs(e, flavour))
     art = sb._Artifacts(client)
@@ -219,8 +218,6 @@ def _carry(model: dict[str, Any], previous: str, current) -> None:
     """Fill, from the file being overwritten, each experiment of ``model`` with no board run whose
     inputs that file records as ``current(experiment)`` (same flavour only); others stay as they are.
     A record with the legacy config hash is re-keyed (:func:`pipelines.inputs.upgraded`)."""
-    from pipelines.inputs import upgraded
-
     old = _old_board(previous, model["flavour"])
     machines = _old_machines(previous) if old else []
     for e in model["experiments"]:
@@ -359,8 +356,6 @@ def _merge_robustness(e: dict[str, Any], rows: list[dict]) -> None:
     the same name), is named in the "Robustness runs" line, and counts in k/n against the carried
     tuned statuses, as :func:`_robustness` counts a tuned run in the store. The tuned run's inputs are
     this checkout's (it is carried), so the perturbation is judged against the same code."""
-    from pipelines.scoreboard import perturbation_status
-
     section, row = list(e["carried"]["section"]), e["carried"]["row"]
     head = next((i for i, line in enumerate(section) if line.startswith("| claim | paper | measured | status | premise")), None)
     if head is None:

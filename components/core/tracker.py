@@ -92,14 +92,15 @@ def _copy_empty_store(db: Path) -> bool:
     store to MLflow, which builds it the slow way."""
     import shutil
 
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     try:
         template = _empty_store_template()
-        tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
         shutil.copyfile(template, tmp)
         os.replace(tmp, db)
         return True
     except Exception as e:  # noqa: BLE001 - the slow path still works
         log.debug("no empty-store template for %s: %s", db, e)
+        tmp.unlink(missing_ok=True)   # a partial copy (a full disk) must not stay beside the store
         return False
 
 
