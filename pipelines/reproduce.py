@@ -222,8 +222,8 @@ def judge(jobs: list[Job], client, flavour: str, force: bool, recorded: dict | N
         else:
             rec = art.json(job.latest.info.run_id, ARTIFACT)
             job.why = changed(Inputs.from_json(rec) if rec else Inputs(job.latest.data.tags[HASH_TAG], "", ""), job.inputs)
-            if not job.why and rekey_runs:
-                rekey(client, job.latest, rec, job.inputs)
+            if not job.why and rekey_runs and rekey(client, job.latest, rec, job.inputs):
+                job.note = "re-keyed: recorded under the legacy config hash, its inputs agree with this checkout's"
         if force and not job.why:
             job.why = ["--force"]
         job.state = "queued" if job.why else "current"

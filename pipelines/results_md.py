@@ -368,37 +368,37 @@ def _merge_robustness(e: dict[str, Any], rows: list[dict]) -> None:
             runs[label] = {f: p.get(f, "") for f in ("code_version", "date", "run_failed")} | {"stale": bool(p.get("stale"))}
     labels = sorted(set(old_labels) | set(runs))
     end = next((i for i in range(head + 2, len(section)) if not section[i].startswith("|")), len(section))
-    kept_by = {label: True for label in labels}
     table = ["| claim | paper | measured | status | premise" + "".join(f" | {p}" for p in labels) + " |",
              "|---|---|---|---|---" + "|---" * len(labels) + "|"]
+    judged = []   # the carried table as board rows, the store's perturbations merged in: what _robustness counts
     for line in section[head + 2:end]:
         raw = re.split(r"(?<!\\)\|", line)[1:-1]
         cells = _cells(line)
         m = re.fullmatch(r"(.*?)((?: \((?:control|accounting)\))*)", cells[0])
         name, tags = m.group(1), m.group(2)
         old_cells = dict(zip(old_labels, cells[5:]))
-        r = by_claim.get(name)
-        offs = []
+        stored = (by_claim[name]["off_tuned"]["perturbations"] if name in by_claim else {})
+        perts = {}
         for label in labels:
-            p = r["off_tuned"]["perturbations"].get(label) if r else None
-            cell = perturbation_status(p) if p else old_cells.get(label, "–")
-            offs.append(cell)
-            status = cell.replace(" (run FAILED)", "").replace(" (stale)", "")
-            if not tags and cells[3] == "holds" and status not in (*KEPT, "not run", "–"):
-                kept_by[label] = False
+            if label in stored:
+                perts[label] = stored[label]
+            else:
+                status = old_cells.get(label, "–").replace(" (run FAILED)", "").replace(" (stale)", "")
+                perts[label] = runs.get(label, {}) | {"status": "not run" if status == "–" else status}
+        judged.append({"gate": "(control)" not in tags, "kind": "accounting" if "(accounting)" in tags else "",
+                       "status": cells[3], "off_tuned": {"perturbations": perts}})
+        offs = [perturbation_status(perts[label]) if label in stored else old_cells.get(label, "–") for label in labels]
         table.append("|" + "|".join(raw[:5]) + "".join(f"| {_md(c)} " for c in offs) + "|")
-    counted = [label for label in labels if not runs.get(label, {}).get("stale")]
-    kept = [label for label in counted if kept_by[label]]
+    rb = _robustness(judged)
     body = [line for line in section[:head] if not line.startswith("Robustness runs: ")]
     while len(body) > 1 and body[-1] == "" and body[-2] == "":
         body.pop()
-    section = body + [_robustness_line(labels, {p: runs.get(p, {"code_version": "?", "date": "?", "run_failed": False})
-                                                 for p in labels}), ""] + table + section[end:]
+    section = body + [_robustness_line(rb["labels"], rb["runs"]), ""] + table + section[end:]
     parts = re.split(r"(?<!\\)(\|)", row)   # cells and their pipes, so only the robustness cell changes
     cell_at = 2 * (1 + 4 + len(STATUS_COLUMNS))
-    parts[cell_at] = f" {len(kept)}/{len(counted)} " if counted else " – "
+    parts[cell_at] = f" {rb['k']}/{rb['n']} " if rb["n"] else " – "
     e["carried"] = {"row": "".join(parts), "section": section}
-    e["robustness"] = {"k": len(kept), "n": len(counted), "kept": kept, "labels": labels, "runs": runs}
+    e["robustness"] = rb
 
 
 def _mark_row(name: str, row: str) -> str:

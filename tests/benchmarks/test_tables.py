@@ -98,8 +98,10 @@ def test_serving_benchmark_prints_well_formed_tables(name, capsys):
     assert found[0][2].split("|")[1].strip() == SERVING[name]
 
 
-def test_board_cost_reads_results_md_rows_and_sums_them(tmp_path, capsys):
-    # Prepare: the committed board and an empty store (a fresh clone's)
+def test_board_cost_reads_results_md_rows_and_sums_them(tmp_path, capsys, monkeypatch):
+    # Prepare: the committed board and an empty store (a fresh clone's); MLFLOW_TRACKING_URI would win
+    # over tracking.uri, and a session fixture sets it to the suite's store once an e2e test has run
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     mod = load("reproduce")
     uri = f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"
 

@@ -10,13 +10,12 @@ from components.diffusion.serve import build_app
 from components.models.dit import DiT, DiTConfig
 from components.serving.app import deploy, post_json, undeploy
 from components.serving.loadtest import run_load_test
-from tests.serving.conftest import serve_instance  # noqa: F401  (the session's Serve instance)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def url(serve_instance):  # noqa: F811
+def url(serve_instance):
     torch.manual_seed(0)
     m = DiT(DiTConfig(img_size=8, patch=2, d=16, heads=2, depth=3))
     deploy(build_app({"config": m.cfg.to_dict(), "state": m.state_dict()}), name="test_diffusion", route_prefix="/t_diffusion")

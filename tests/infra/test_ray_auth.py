@@ -179,16 +179,17 @@ def _safe(fn):
         return None
 
 
-def test_serve_proxy_listens_on_loopback_only(ray_session):
-    """`dtlab serve` starts Ray Serve through start_serve (components/serving/app.py); here in the
-    suite's token-authenticated session."""
-    from components.serving.app import serve_session
+def test_serve_proxy_listens_on_loopback_only(serve_instance):
+    """`dtlab serve` starts Ray Serve through start_serve (components/serving/app.py); here the suite's
+    instance, in its token-authenticated session (a `serve_session` of its own would shut down the
+    instance the serving tests share when it ran after them)."""
+    # Execute
+    addrs = {c.laddr.ip for c in psutil.net_connections("tcp")
+             if c.status == psutil.CONN_LISTEN and c.laddr.port == serve_instance.port}
 
-    with serve_session() as info:
-        addrs = {c.laddr.ip for c in psutil.net_connections("tcp")
-                 if c.status == psutil.CONN_LISTEN and c.laddr.port == info.port}
-        assert addrs and addrs <= LOOPBACK, f"Serve's HTTP proxy listens on {addrs}"
-        assert info.url("/").startswith("http://127.0.0.1:")
+    # Assert
+    assert addrs and addrs <= LOOPBACK, f"Serve's HTTP proxy listens on {addrs}"
+    assert serve_instance.url("/").startswith("http://127.0.0.1:")
 
 
 # ---------------------------------------------------------------------------------------- units

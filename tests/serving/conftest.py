@@ -8,20 +8,9 @@ Usage in a test module under tests/serving/::
         deploy(MyDeployment.bind(...), name="my_app", route_prefix="/my")   # unique name per module
         status, body = post_json(serve_instance.url("/my"), {...})
 
-``serve_instance`` (a :class:`components.serving.app.ServeInfo`: host, port, ``url(route)``)
-starts Serve once on top of the shared ``ray_session`` (tests/conftest.py), on a free port, and
-shuts it down when the session ends (Serve start + stop costs ~7 s, so it is never per test).
+``serve_instance`` (tests/conftest.py; a :class:`components.serving.app.ServeInfo`: host, port,
+``url(route)``) starts Serve once on top of the shared ``ray_session``, on a free port, and shuts it
+down when the session ends (Serve start + stop costs ~7 s, so it is never per test).
 Give every application its own name and route prefix, and ``undeploy`` it at the end of its
 module if it is heavy, so modules do not see each other's apps.
 """
-from __future__ import annotations
-
-import pytest
-
-
-@pytest.fixture(scope="session")
-def serve_instance(ray_session):
-    from components.serving.app import serve_session
-
-    with serve_session() as info:
-        yield info
