@@ -44,11 +44,17 @@ def ray_session():
 
 @pytest.fixture(scope="session")
 def serve_instance(ray_session):
-    """One Ray Serve instance for the whole test session, on 127.0.0.1 and a free port, on the shared
-    ``ray_session`` (Serve start + stop costs ~7 s, so it is never per test). Its users (tests/serving,
-    tests/diffusion, tests/infra) give every application its own name and route prefix, and undeploy a
-    heavy one at the end of their module. Here, not in tests/serving/conftest.py: a fixture imported
-    into another module is a second definition, set up (and shut down) a second time."""
+    """One Ray Serve instance for the whole test session (a ``ServeInfo``: host, port, ``url(route)``),
+    on 127.0.0.1 and a free port, on the shared ``ray_session`` (Serve start + stop costs ~7 s, so it
+    is never per test). Its users (tests/serving, tests/diffusion, tests/infra) give every application
+    its own name and route prefix, and undeploy a heavy one at the end of their module::
+
+        def test_my_endpoint(serve_instance):
+            deploy(MyDeployment.bind(...), name="my_app", route_prefix="/my")   # unique name per module
+            status, body = post_json(serve_instance.url("/my"), {...})
+
+    Here, not under tests/serving: a fixture imported into another module is a second definition,
+    set up (and shut down) a second time."""
     from components.serving.app import serve_session
 
     with serve_session() as info:
