@@ -8,7 +8,13 @@ and, for an experiment whose run is not in this store, its row in RESULTS.md (wa
 only: marked "RESULTS.md"). Warm wall = wall - prepare for a run whose prepare missed the cache (a
 cached prepare costs about nothing); a run that hit the cache is warm as it is.
 
-Run: .venv/bin/python benchmarks/bench_reproduce.py [RESULTS.md] [tracking.uri=...]
+``--profile[=N]`` prints, instead, where each experiment's run in the store spends its time (the
+issue's "profile before changing anything"): its platform stages (Ray start, prepare, execute, report)
+and its N slowest tasks, each a (variant, seed) run with its wall seconds, and the sum of task walls
+against the run's wall (their ratio is how many tasks ran at once). Robustness runs count: a
+perturbation is the same work on other inputs.
+
+Run: .venv/bin/python benchmarks/bench_reproduce.py [RESULTS.md] [tracking.uri=...] [--profile[=N]]
 """
 from __future__ import annotations
 
@@ -53,11 +59,60 @@ def results_rows(path: Path) -> dict[str, dict]:
     return out
 
 
+STAGES = ("ray_init_s", "prepare_s", "execute_s", "report_s", "tracking_wait_s", "teardown_s")
+
+
+def task_walls(client, run) -> list[tuple[str, float]]:
+    """[(task name, wall seconds)] of a parent's tasks, slowest first: its grandchildren (``variant@seed``
+    runs) where a variant has them, else the variant run itself."""
+    def children(parent_id):
+        return client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'",
+                                  max_results=5000)
+
+    def wall(r):
+        return (r.info.end_time - r.info.start_time) / 1000 if r.info.end_time and r.info.start_time else 0.0
+
+    out = []
+    for v in children(run.info.run_id):
+        seeds = children(v.info.run_id)
+        out += [(s.info.run_name, wall(s)) for s in seeds] or [(v.info.run_name, wall(v))]
+    return sorted(out, key=lambda t: -t[1])
+
+
+def profile(client, top: int) -> None:
+    """Per experiment in the store: its newest finished full run's stages and slowest tasks."""
+    from components.core.runs_query import off_board, parent_history, robustness_label
+    from pipelines.results_md import duration, run_wall
+
+    print(f"| experiment | run | wall | {' | '.join(s[:-2] for s in STAGES)} | tasks: sum / wall | slowest {top} tasks |")
+    print("|---|---|---:|" + "---:|" * len(STAGES) + "---:|---|")
+    for h in parent_history(client, None, statuses=("FINISHED",)):
+        run = next((r for r in h.runs if not off_board(r)), None)
+        if run is None or h.experiment.name == "scoreboard":
+            continue
+        m, wall, tasks = run.data.metrics, run_wall(run) or 0.0, task_walls(client, run)
+        stages = " | ".join(f"{m[f'platform.{s}']:.0f}" if f"platform.{s}" in m else "–" for s in STAGES)
+        busy = sum(t for _, t in tasks)
+        slow = ", ".join(f"{n} {t:.0f} s" for n, t in tasks[:top])
+        print(f"| {h.experiment.name} | {robustness_label(run) or 'tuned'} | {duration(wall)} | {stages} | "
+              f"{busy:.0f} s / {wall:.0f} s = {busy / wall if wall else float('nan'):.2f} | {slow} |")
+
+
 def main(args: list[str]) -> None:
     from components.core.tracker import tracking_client
     from pipelines.preflight import tracking_store
     from pipelines.results_md import duration
 
+    flag = next((a for a in args if a.startswith("--profile")), None)
+    if flag is not None:
+        _, eq, n = flag.partition("=")
+        if eq and not (n.isdigit() and int(n) >= 1):
+            print(f"bench_reproduce: error: --profile={n}: a positive number of tasks (e.g. --profile=5)",
+                  file=sys.stderr)
+            sys.exit(2)
+        uri, _, _ = tracking_store([a for a in args if "=" in a and not a.startswith("--")])
+        profile(tracking_client(uri), int(n) if eq else 5)
+        return
     path = Path(next((a for a in args if "=" not in a), "RESULTS.md"))
     uri, _, _ = tracking_store([a for a in args if "=" in a])
     rows = {**results_rows(path), **store_rows(tracking_client(uri))}

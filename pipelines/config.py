@@ -22,6 +22,11 @@ GROUPS = ("experiment", "cluster", "tracking", "hparams_search")
 
 if not OmegaConf.has_resolver("dtlab_root"):
     OmegaConf.register_new_resolver("dtlab_root", lambda: str(ROOT))
+if not OmegaConf.has_resolver("dtlab_env"):
+    # ${dtlab_env:VAR,default}: VAR when set and not empty, else the default. Unlike oc.env an empty
+    # variable counts as unset (a test or CI clears MLFLOW_TRACKING_URI by setting it to "").
+    # A group default written this way loses to an explicit override (tracking.uri=...).
+    OmegaConf.register_new_resolver("dtlab_env", lambda var, default: os.environ.get(var) or default)
 
 
 def experiment_names() -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from pipelines.config import CONF_DIR  # also registers the dtlab_root resolver
+from pipelines.config import CONF_DIR  # also registers the dtlab_root and dtlab_env resolvers
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

@@ -14,7 +14,7 @@ def _die(msg: str, code: int = 2) -> None:
 
 def tracking_store(args: list[str]) -> tuple[str, list[str], dict]:
     """For the commands that read the store (compare, scoreboard, reproduce, ...): the tracking URI
-    (``MLFLOW_TRACKING_URI`` wins), the arguments that are not overrides, and the composed config; a
+    (an explicit ``tracking.uri=``, else ``MLFLOW_TRACKING_URI``, else the group's default), the arguments that are not overrides, and the composed config; a
     bad override is one line, exit 2."""
     from pipelines import config
 

@@ -1,7 +1,9 @@
 """MLflow tracking, in one place: parent/child runs, params, series, artifacts, failure states.
 
 Every write goes through an explicit ``MlflowClient`` (no global active run), so the DAG can hold a
-parent and many children open at once. ``MLFLOW_TRACKING_URI`` wins over the configured URI.
+parent and many children open at once. The configured URI is used as given: conf/tracking/'s
+defaults already resolve to ``MLFLOW_TRACKING_URI`` when it is set, so an explicit ``tracking.uri=``
+wins over the variable and the variable over the default.
 
 Writes are off the caller's critical path: ``start_run`` (which must return the run id) and the
 reads run at once; every other call is queued for one background writer thread, which runs them
@@ -142,13 +144,15 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def resolve_tracking_uri(configured: str | None) -> str:
-    """MLFLOW_TRACKING_URI when set, else the configured URI (never MLflow's CWD default)."""
+    """The configured URI, else MLFLOW_TRACKING_URI (never MLflow's CWD default). The variable's
+    precedence over conf/tracking/'s defaults lives in those defaults (``${dtlab_env:...}``), so an
+    explicit ``tracking.uri=`` override is never overruled by the environment."""
+    if configured:
+        return configured
     env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    if not configured:
+    if not env:
         raise ValueError("no tracking URI configured and MLFLOW_TRACKING_URI unset")
-    return configured
+    return env
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

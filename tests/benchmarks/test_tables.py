@@ -98,10 +98,9 @@ def test_serving_benchmark_prints_well_formed_tables(name, capsys):
     assert found[0][2].split("|")[1].strip() == SERVING[name]
 
 
-def test_board_cost_reads_results_md_rows_and_sums_them(tmp_path, capsys, monkeypatch):
-    # Prepare: the committed board and an empty store (a fresh clone's); MLFLOW_TRACKING_URI would win
-    # over tracking.uri, and a session fixture sets it to the suite's store once an e2e test has run
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+def test_board_cost_reads_results_md_rows_and_sums_them(tmp_path, capsys):
+    # Prepare: the committed board and an empty store (a fresh clone's), named by tracking.uri=, which
+    # wins over the MLFLOW_TRACKING_URI that a session fixture sets once an e2e test has run
     mod = load("reproduce")
     uri = f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"
 
@@ -115,3 +114,47 @@ def test_board_cost_reads_results_md_rows_and_sums_them(tmp_path, capsys, monkey
     assert len(found) - 2 == len(mod.results_rows(ROOT / "RESULTS.md")) > 0
     assert all(row.rstrip(" |").endswith("RESULTS.md") for row in found[2:])
     assert text.strip().splitlines()[-1].startswith("total ")
+
+
+def test_profile_lists_stages_and_slowest_tasks_of_a_stored_run(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    # Prepare: one board run as the DAG records it: a parent with its stage metrics, a variant with
+    # two seed tasks (40 s and 25 s) and a one-seed variant (10 s), 50 s of wall in all
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client, t0 = MlflowClient(uri), 1_800_000_000_000
+    exp_id = client.create_experiment("probe_exp")
+
+    def run(name, start_s, wall_s, parent=None, tags=None):
+        r = client.create_run(exp_id, start_time=t0 + int(start_s * 1000), run_name=name,
+                              tags={**(tags or {}), **({"mlflow.parentRunId": parent} if parent else {})})
+        client.set_terminated(r.info.run_id, "FINISHED", end_time=t0 + int((start_s + wall_s) * 1000))
+        return r.info.run_id
+
+    parent = run("probe_exp-1", 0, 50, tags={"dtlab.kind": "parent", "dtlab.flavour": "full"})
+    for key, value in {"platform.ray_init_s": 6.0, "platform.execute_s": 40.0, "reproduce.wall_s": 50.0}.items():
+        client.log_metric(parent, key, value)
+    slow = run("slow", 5, 40, parent)
+    run("slow@0", 5, 40, slow)
+    run("slow@1", 5, 25, slow)
+    run("quick", 30, 10, parent)
+
+    # Execute
+    load("reproduce").main(["--profile=2", f"tracking.uri={uri}"])
+
+    # Assert: one row, its stages, the two slowest tasks by name, and the tasks' sum against the wall
+    (found,) = tables(capsys.readouterr().out)
+    row = [c.strip() for c in found[2].strip("|").split("|")]
+    assert row[:5] == ["probe_exp", "tuned", "0m50s", "6", "–"] and row[5] == "40"
+    assert row[-2] == "75 s / 50 s = 1.50"
+    assert row[-1] == "slow@0 40 s, slow@1 25 s"
+
+
+@pytest.mark.parametrize("bad", ["--profile=0", "--profile=x"])
+def test_profile_rejects_a_bad_count_in_one_line(bad, capsys):
+    # Execute
+    with pytest.raises(SystemExit) as e:
+        load("reproduce").main([bad])
+    # Assert
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and bad in err[0]

@@ -30,14 +30,28 @@ def test_cluster_and_tracking_groups_compose(tmp_path, monkeypatch):
     assert cfg["tracking"]["uri"].startswith("http://127.0.0.1")
 
 
-def test_tracking_env_wins(monkeypatch, tmp_path):
+@pytest.mark.parametrize("group", ["local", "server"])
+def test_tracking_env_wins_over_the_default_and_loses_to_an_explicit_uri(monkeypatch, tmp_path, group):
     from components.core.tracker import resolve_tracking_uri
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/x.db")
-    cfg = config.compose([f"runs_dir={tmp_path}"])
-    assert resolve_tracking_uri(cfg["tracking"]["uri"]) == f"sqlite:///{tmp_path}/x.db"
+    # Prepare: the variable set, as the suite's session fixture and MLflow users set it
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
+    monkeypatch.delenv("DTLAB_MLFLOW_SERVER", raising=False)
+    base = [f"tracking={group}", f"runs_dir={tmp_path}"]
+
+    # Execute: the group's default, an explicit override, then the variable empty and unset
+    by_default = resolve_tracking_uri(config.compose(base)["tracking"]["uri"])
+    explicit = resolve_tracking_uri(config.compose([*base, f"tracking.uri=sqlite:///{tmp_path}/x.db"])["tracking"]["uri"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    emptied = resolve_tracking_uri(config.compose(base)["tracking"]["uri"])
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    assert resolve_tracking_uri(cfg["tracking"]["uri"]) == f"sqlite:///{tmp_path}/mlflow.db"
+    unset = resolve_tracking_uri(config.compose(base)["tracking"]["uri"])
+
+    # Assert
+    default = {"local": f"sqlite:///{tmp_path}/mlflow.db", "server": "http://127.0.0.1:5055"}[group]
+    assert by_default == f"sqlite:///{tmp_path}/env.db"
+    assert explicit == f"sqlite:///{tmp_path}/x.db"
+    assert emptied == unset == default
 
 
 def test_sweep_expansion():

@@ -52,7 +52,7 @@ def store(tmp_path_factory):
 @pytest.fixture
 def ws(tmp_path, store, request, monkeypatch):
     """A test's workspace: its own directory (Optuna's storage, sweep output), the module's MLflow
-    store, an experiment named after the test. MLFLOW_TRACKING_URI wins over the configured URI, and
+    store, an experiment named after the test. MLFLOW_TRACKING_URI wins over the default URI, and
     the session's ``tracking_uri`` fixture sets it for every test after its first user: point it here."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     return SimpleNamespace(dir=tmp_path, uri=store, exp=request.node.name[:60],
