@@ -65,17 +65,15 @@ STAGES = ("ray_init_s", "prepare_s", "execute_s", "report_s", "tracking_wait_s",
 def task_walls(client, run) -> list[tuple[str, float]]:
     """[(task name, wall seconds)] of a parent's tasks, slowest first: its grandchildren (``variant@seed``
     runs) where a variant has them, else the variant run itself."""
+    from pipelines.results_md import run_wall
+
     def children(parent_id):
         return client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'",
                                   max_results=5000)
 
-    def wall(r):
-        return (r.info.end_time - r.info.start_time) / 1000 if r.info.end_time and r.info.start_time else 0.0
-
     out = []
     for v in children(run.info.run_id):
-        seeds = children(v.info.run_id)
-        out += [(s.info.run_name, wall(s)) for s in seeds] or [(v.info.run_name, wall(v))]
+        out += [(r.info.run_name, run_wall(r) or 0.0) for r in children(v.info.run_id) or [v]]
     return sorted(out, key=lambda t: -t[1])
 
 

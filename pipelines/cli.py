@@ -390,7 +390,8 @@ HELP = {
                "                                   prefixes, or EXPERIMENT@JOB: a job of its newest multirun)\n"
                "  the latest FINISHED parent run of each experiment (all when none named) side by side:\n"
                "  comparison tables, the scoreboard with each measured figure labelled, and one HTML report\n"
-               "  under RUNS_DIR/reports/. Newer runs not ended are skipped and named; MLFLOW_TRACKING_URI wins\n  over the default store, an explicit tracking.uri= over both.",
+               "  under RUNS_DIR/reports/. Newer runs not ended are skipped and named. MLFLOW_TRACKING_URI wins\n"
+               "  over the default store, an explicit tracking.uri= over both.",
     "ui": "usage: dtlab ui [PORT | --port PORT] [tracking=...]\n"
           "  the MLflow UI on 127.0.0.1:PORT (default 5000) over the configured tracking store",
     "completion": "usage: dtlab completion bash|zsh\n"

@@ -14,8 +14,8 @@ def _die(msg: str, code: int = 2) -> None:
 
 def tracking_store(args: list[str]) -> tuple[str, list[str], dict]:
     """For the commands that read the store (compare, scoreboard, reproduce, ...): the tracking URI
-    (an explicit ``tracking.uri=``, else ``MLFLOW_TRACKING_URI``, else the group's default), the arguments that are not overrides, and the composed config; a
-    bad override is one line, exit 2."""
+    (an explicit ``tracking.uri=``, else ``MLFLOW_TRACKING_URI``, else the group's default), the
+    arguments that are not overrides, and the composed config; a bad override is one line, exit 2."""
     from pipelines import config
 
     overrides = [a for a in args if "=" in a]

@@ -24,9 +24,10 @@ def test_experiment_composes_and_validates(name, debug, tmp_path):
 
 
 def test_cluster_and_tracking_groups_compose(tmp_path, monkeypatch):
+    # MLFLOW_TRACKING_URI would win over the group's default; the session fixture sets it once an e2e test has run
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)   # it would win over the group's default (the
-    monkeypatch.delenv("DTLAB_MLFLOW_SERVER", raising=False)   # session fixture sets it once an e2e test has run)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("DTLAB_MLFLOW_SERVER", raising=False)
     cfg = config.compose(["cluster=remote", "tracking=server", f"runs_dir={tmp_path}"])
     assert cfg["cluster"]["address"] == "127.0.0.1:6379"
     assert cfg["tracking"]["uri"].startswith("http://127.0.0.1")
