@@ -7,6 +7,7 @@
     dtlab run experiment=error_feedback debug=true --dry-run   what would run (params with defaults); starts nothing
     dtlab list [KIND | EXPERIMENT]                 experiments and every registered kind, with files;
                                                    one experiment's variants, claims, prepare steps, axes
+    dtlab prepare experiment=NAME                  build its prepare entries into the cache, nothing else
     dtlab compare [EXPERIMENT ...]                 latest runs side by side (+ HTML report)
     dtlab ui                                       MLflow UI on 127.0.0.1
     dtlab up [cluster.KEY=VALUE ...]               a warm local Ray head (dashboard 127.0.0.1:8265) runs attach to
@@ -262,6 +263,36 @@ def _rel(path, root) -> str:
         return str(path)
 
 
+def cmd_prepare(args: list[str]) -> None:
+    """Build the experiment's prepare entries into the shared cache, nothing else (no MLflow run)."""
+    import json
+
+    as_json = "--json" in args
+    overrides = [a for a in args if a != "--json"]
+    bad = [a for a in overrides if a.startswith("-") or "=" not in a]
+    if bad:
+        _die(f"prepare: {bad[0]!r} is not an override KEY=VALUE; {HELP['prepare'].splitlines()[0]}")
+    if not _names_experiment(overrides):
+        _die(f"prepare: name an experiment (experiment=NAME); {HELP['prepare'].splitlines()[0]}")
+    from components.core.errors import ConfigError
+    from pipelines import dag
+    from pipelines.preflight import check
+
+    try:
+        cfg = check(overrides, False)
+    except ConfigError as e:
+        _die(str(e))
+    from rich.console import Console
+
+    out = dag.prepare_only(cfg, None if as_json else Console())
+    if as_json:
+        print(json.dumps(out))
+        return
+    built = ", ".join(out["built"]) or "nothing (the cache holds every entry)"
+    print(f"dtlab prepare {out['experiment']}: {out['needed']} entries needed; built {built} in {out['seconds']:.1f}s "
+          f"(cache: {cfg.get('runs_dir') or 'runs'}/cache)")
+
+
 def cmd_compare(args: list[str]) -> None:
     from rich.console import Console
 
@@ -392,6 +423,10 @@ HELP = {
                "  comparison tables, the scoreboard with each measured figure labelled, and one HTML report\n"
                "  under RUNS_DIR/reports/. Newer runs not ended are skipped and named. MLFLOW_TRACKING_URI wins\n"
                "  over the default store, an explicit tracking.uri= over both.",
+    "prepare": "usage: dtlab prepare experiment=NAME [KEY=VALUE ...] [--json]\n"
+               "  builds the prepare entries (data, trained models) the experiment's variants need into the shared\n"
+               "  cache, as a run would, and nothing else: no MLflow run. A run after it finds them (a warm cache);\n"
+               "  `dtlab reproduce` does this before each configuration and times it apart from the run.",
     "ui": "usage: dtlab ui [PORT | --port PORT] [tracking=...]\n"
           "  the MLflow UI on 127.0.0.1:PORT (default 5000) over the configured tracking store",
     "completion": "usage: dtlab completion bash|zsh\n"
@@ -478,7 +513,7 @@ def _lazy(target: str):
 
 from pipelines.cluster import cmd_down, cmd_up  # noqa: E402 - `dtlab up` / `dtlab down` (a warm local Ray head)
 
-COMMANDS = {"run": cmd_run, "list": cmd_list, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve,
+COMMANDS = {"run": cmd_run, "list": cmd_list, "prepare": cmd_prepare, "compare": cmd_compare, "ui": cmd_ui, "serve": cmd_serve,
             "up": cmd_up, "down": cmd_down, "gc": cmd_gc,
             "scoreboard": _lazy("pipelines.scoreboard:cmd_scoreboard"),
             "reproduce": _lazy("pipelines.reproduce:cmd_reproduce"),

@@ -192,6 +192,33 @@ def run(cfg: dict, console=None, started_ago: float | None = None, teardown: boo
         return _run(cfg, console, reinstall, Phases(started_ago or 0.0), teardown)
 
 
+def prepare_only(cfg: dict, console=None) -> dict:
+    """Build every prepare entry the experiment's selected variants need, through the same cached Ray
+    tasks as a run, and nothing else: no MLflow run, no variant (`dtlab prepare`). Ray starts only when
+    something is missing. What `dtlab reproduce` runs before each configuration, so that the run's wall is
+    measured with a warm cache and the cold prepare is timed apart (issue "The whole board in 75 minutes").
+    Returns the experiment, the entries built, how many are needed, and the pass's seconds."""
+    from components.core.raytools import init_ray
+    from pipelines.stages.prepare import cold_entries
+
+    t0 = time.perf_counter()
+    spec = validate(cfg)
+    runs_dir = Path(cfg.get("runs_dir") or "runs").resolve()
+    missing, needed = cold_entries(spec, runs_dir)
+    status: dict[str, str] = {}
+    if missing:
+        import ray
+
+        info = init_ray(cfg["cluster"])
+        try:
+            _, status, _ = prepare(spec, runs_dir, None, None, console)
+        finally:
+            if info.get("mode") == "embedded":
+                ray.shutdown()
+    return {"experiment": spec.name, "built": [k for k, v in status.items() if v == "miss"], "needed": needed,
+            "seconds": time.perf_counter() - t0}
+
+
 def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool = False) -> RunOutcome:
     from components.core.raytools import init_ray
     from pipelines.live import print_scoreboard, print_timing

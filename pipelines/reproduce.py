@@ -64,6 +64,8 @@ class Job:
     run_id: str = ""
     returncode: int | None = None
     note: str = ""                 # e.g. variants whose own seeds a seed perturbation cannot move
+    prepare_s: float | None = None  # its prepare pass (`dtlab prepare`), before the run and not in wall_s
+    prepare_built: list[str] = field(default_factory=list)   # what that pass built (empty: the cache was warm)
 
     @property
     def key(self) -> str:
@@ -237,7 +239,7 @@ def _eta(jobs: list[Job], now: float, parallel: bool = False) -> tuple[float, bo
     one after another, the longest with ``parallel`` (a cluster runs them side by side)."""
     lefts, known = [], True
     for j in jobs:
-        if j.state in ("queued", "submitted"):
+        if j.state in ("queued", "submitted", "preparing"):
             known &= j.last_wall_s is not None
             lefts.append(j.last_wall_s or 0.0)
         elif j.state == "running":
@@ -253,14 +255,14 @@ def render(jobs: list[Job], now: float, parallel: bool = False):
     from pipelines.results_md import duration
 
     left, known = _eta(jobs, now, parallel)
-    todo = sum(j.state in ("queued", "submitted", "running") for j in jobs)
+    todo = sum(j.state in ("queued", "submitted", "preparing", "running") for j in jobs)
     t = Table(title=f"dtlab reproduce: {todo} to run, {sum(j.state == 'current' for j in jobs)} current · ETA "
                     f"{'≥ ' if not known else ''}{duration(left)}", title_justify="left")
     for c in ("experiment", "state", "last wall", "wall", "why"):
         t.add_column(c, overflow="fold")
-    style = {"current": "dim", "queued": "", "submitted": "", "running": "yellow", "done": "green", "failed": "red", "killed": "red"}
+    style = {"current": "dim", "queued": "", "submitted": "", "preparing": "yellow", "running": "yellow", "done": "green", "failed": "red", "killed": "red"}
     for j in jobs:
-        wall = now - j.started if j.state == "running" else j.wall_s
+        wall = now - j.started if j.state in ("preparing", "running") else j.wall_s
         why = ", ".join(j.why[:3]) + (f" (+{len(j.why) - 3} more)" if len(j.why) > 3 else "")
         t.add_row(j.key, f"[{style.get(j.state, '')}]{j.state}[/]" if style.get(j.state) else j.state,
                   duration(j.last_wall_s), duration(wall) if wall is not None else "–", why)
@@ -313,31 +315,77 @@ def stop_child(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
             continue
 
 
-def run_job(job: Job, passthrough: list[str], log_dir: Path, tick) -> int:
-    """Run one job as `dtlab run` in a child process (output to its log); its exit code. Samples the
-    process tree's memory; Ctrl-C is passed on to the child (:func:`stop_child`), which ends its runs KILLED."""
+def prepare_command(job: Job, passthrough: list[str]) -> list[str]:
+    """The prepare pass's command line: `dtlab prepare` with the job's overrides (one JSON line out)."""
+    return [sys.executable, "-m", "pipelines.cli", "prepare", *job.overrides, *passthrough, "--json"]
+
+
+def _child(cmd: list[str], log: Path, job: Job, tick, sample: bool) -> tuple[int, float]:
+    """Run ``cmd`` in a child process (output to ``log``); (exit code, wall seconds). ``sample``: keep the
+    peak memory of its process tree in ``job.peak_mb``. Ctrl-C is passed on to the child
+    (:func:`stop_child`) and raised again once it has ended."""
     import psutil
 
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"{job.key.replace('/', '--')}.log"
-    cmd = job_command(job, passthrough)
-    job.state, job.started, job.peak_mb = "running", time.time(), 0.0
+    started = time.time()
     with open(log, "w") as out:
         child = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                  env={**os.environ, "COLUMNS": "160"})
         proc = psutil.Process(child.pid)
         try:
             while child.poll() is None:
-                job.peak_mb = max(job.peak_mb, _tree_rss_mb(proc))
+                if sample:
+                    job.peak_mb = max(job.peak_mb or 0.0, _tree_rss_mb(proc))
                 tick()
                 time.sleep(0.5)
         except KeyboardInterrupt:
             stop_child(child)
-            job.state, job.wall_s, job.returncode = "killed", time.time() - job.started, child.returncode
+            job.returncode = child.returncode
             raise
-    job.wall_s, job.returncode = time.time() - job.started, child.returncode
-    job.state = "done" if child.returncode == 0 else "failed"
-    return child.returncode
+    return child.returncode, time.time() - started
+
+
+def run_job(job: Job, passthrough: list[str], log_dir: Path, tick) -> int:
+    """Run one job in two child processes (output to its logs); its exit code. First the prepare pass
+    (`dtlab prepare`): whatever the job's prepare steps need and the shared cache lacks is built there and
+    timed apart (``prepare_s``, ``prepare_built``), so that the run (`dtlab run`, ``wall_s``) is measured
+    with a warm cache. Samples the run's process tree's memory; Ctrl-C is passed on to the running child
+    (:func:`stop_child`), which ends its runs KILLED."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{job.key.replace('/', '--')}.log"
+    job.state, job.started, job.peak_mb = "preparing", time.time(), 0.0
+    try:
+        rc, job.prepare_s = _child(prepare_command(job, passthrough), log.with_suffix(".prepare.log"), job, tick, False)
+    except KeyboardInterrupt:
+        job.state, job.wall_s = "killed", None
+        raise
+    if rc != 0:
+        job.state, job.returncode = "failed", rc
+        job.note = f"its prepare pass failed (exit {rc}; {log.with_suffix('.prepare.log')})"
+        return rc
+    job.prepare_built = _pass_report(log.with_suffix(".prepare.log")).get("built", [])
+    job.state, job.started = "running", time.time()
+    try:
+        rc, job.wall_s = _child(job_command(job, passthrough), log, job, tick, True)
+    except KeyboardInterrupt:
+        job.state, job.wall_s = "killed", time.time() - job.started
+        raise
+    job.returncode = rc
+    job.state = "done" if rc == 0 else "failed"
+    return rc
+
+
+def _pass_report(log: Path) -> dict:
+    """The prepare pass's JSON line (its log's last line that parses), {} if none."""
+    import json
+
+    for line in reversed(log.read_text().splitlines()):
+        try:
+            out = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(out, dict):
+            return out
+    return {}
 
 
 def _record(client, job: Job, flavour: str, machine: str) -> None:
@@ -356,6 +404,9 @@ def _record(client, job: Job, flavour: str, machine: str) -> None:
     client.log_metric(run.info.run_id, "reproduce.wall_s", float(job.wall_s or 0.0))
     if job.peak_mb is not None:   # None: a cluster's job, whose processes are not sampled here
         client.log_metric(run.info.run_id, "reproduce.peak_rss_mb", float(job.peak_mb))
+    if job.prepare_s is not None:   # None: a cluster's job (no prepare pass: the run builds what it needs)
+        client.log_metric(run.info.run_id, "reproduce.prepare_s", float(job.prepare_s))
+        client.set_tag(run.info.run_id, "reproduce.prepare_built", ", ".join(job.prepare_built))
     client.set_tag(run.info.run_id, "dtlab.machine", machine)
 
 
@@ -527,8 +578,11 @@ def cmd_reproduce(args: list[str]) -> None:
             if rc != 0:
                 failed.append(job.key)
             if live is None:
-                console.print(f"[{i + 1}/{len(todo)}] {job.key}: {job.state} in {job.wall_s:.0f}s"
-                              + (f" (exit {rc}; log {log_dir})" if rc else ""), highlight=False)
+                console.print(f"[{i + 1}/{len(todo)}] {job.key}: {job.state}"
+                              + (f" in {job.wall_s:.0f}s" if job.wall_s is not None else "")
+                              + (f" (exit {rc}; log {log_dir})" if rc else "")
+                              + (f"; its prepare pass built {', '.join(job.prepare_built)} in {job.prepare_s:.0f}s, "
+                                 "before the run" if job.prepare_built else ""), highlight=False)
             tick()
     finally:
         stop.__exit__(None, None, None)

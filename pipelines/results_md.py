@@ -63,6 +63,31 @@ def run_wall(run) -> float | None:
     return None
 
 
+def prepare_pass(run) -> dict[str, Any] | None:
+    """What reproduce's prepare pass before the run built and how long it took (the run's wall is then
+    measured with a warm cache); None for a run made without one (its wall holds whatever it built)."""
+    secs = run.data.metrics.get("reproduce.prepare_s")
+    if secs is None:
+        return None
+    built = run.data.tags.get("reproduce.prepare_built", "")
+    return {"seconds": float(secs), "built": [b for b in built.split(", ") if b]}
+
+
+def prepare_text(p: dict[str, Any] | None) -> str:
+    """The run line's note on its prepare: "" without a pass (older runs)."""
+    if p is None:
+        return ""
+    if not p["built"]:
+        return " (warm cache)"
+    return f" (warm cache; its cold prepare, a pass before the run: {duration(p['seconds'])})"
+
+
+def _parse_cold_prepare(section: list[str]) -> float | None:
+    """The cold prepare seconds a carried section's run line names, None if it names none."""
+    m = re.search(r"its cold prepare, a pass before the run: ([0-9hms]+)\)", _run_line(section) or "")
+    return _parse_duration(m.group(1)) if m else None
+
+
 def duration(s: float | None) -> str:
     if s is None:
         return "–"
@@ -151,6 +176,7 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
                          "status": head["status"]} if head else None,
             "wall_s": run_wall(run) if run else None,
             "peak_mb": run.data.metrics.get("reproduce.peak_rss_mb") if run else None,
+            "prepare": prepare_pass(run) if run else None,
             "machine": run.data.tags.get("dtlab.machine", "") if run else "",
             "claims": mine, "robustness": _robustness(mine), "plots": [],
             "links": _links(exp, str((configs.get(exp) or {}).get("family") or mine[0]["family"]), base),
@@ -171,6 +197,7 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
     out["dates"] = sorted(e["date"] for e in ran)
     out["machines"] = sorted({e["machine"] for e in ran if e["machine"]} | {m for e in ran for m in e.get("machines", ())})
     out["total_wall_s"] = sum(e["wall_s"] or 0.0 for e in ran)
+    out["cold_prepare_s"] = {e["name"]: e["prepare"]["seconds"] for e in ran if (e.get("prepare") or {}).get("built")}
     versions = sorted({i.get("version", "") for i in out["inputs"].values()})
     out["dtlab_versions"] = versions
     return out
@@ -345,7 +372,9 @@ def _carried_entry(name: str, old: dict[str, Any], machines: list[str]) -> dict[
     run, row = _parse_run_line(_run_line(old["section"]) or ""), _parse_row(old["row"])
     runs = _parse_robustness_runs(old["section"])
     k, n = row.pop("robustness_kn")
+    cold = _parse_cold_prepare(old["section"])
     return {**run, **row, "stale": [], "machine": "", "machines": machines, "claims": [], "plots": [],
+            "prepare": {"seconds": cold, "built": ["(as the carried section says)"]} if cold is not None else None,
             "robustness": {"k": k, "n": n, "kept": None, "labels": sorted(runs), "runs": runs},
             "carried": {"row": _mark_row(name, old["row"]), "section": _mark_section(old["section"])}}
 
@@ -443,7 +472,7 @@ def render(model: dict[str, Any]) -> str:
               + (f" ({carried} carried from the previous RESULTS.md)" if carried else "")
               + f" · flavour {model['flavour']}",
               f"- **Machine:** {'; '.join(model['machines']) or 'not recorded'}",
-              f"- **Total wall time:** {duration(model['total_wall_s'])}", ""]
+              f"- **Total wall time:** {duration(model['total_wall_s'])}" + _cold_text(model), ""]
     emp = {s: sum(e["counts"].get(s, 0) for e in ran) for s in dict.fromkeys(
         [*STATUS_COLUMNS, *(s for e in ran for s in e["counts"])])}
     acc_h, acc_n = sum(e["accounting"]["held"] for e in ran), sum(e["accounting"]["judged"] for e in ran)
@@ -480,13 +509,22 @@ def render(model: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cold_text(model: dict[str, Any]) -> str:
+    """The header's note on cold prepares: the passes reproduce timed apart from the runs' walls."""
+    cold = model.get("cold_prepare_s") or {}
+    if not cold:
+        return ""
+    return (f" (runs with a warm prepare cache where reproduce ran a prepare pass first); cold prepare passes: "
+            f"{duration(sum(cold.values()))} ({', '.join(f'{k} {duration(v)}' for k, v in sorted(cold.items()))})")
+
+
 def _section(e: dict[str, Any]) -> list[str]:
     out = [f"## {e['name']}", ""]
     links = " · ".join(f"[{label}]({href})" for label, href in e["links"])
     if not e["run_id"]:
         return out + [f"Not run. {links}", ""]
     out += [f"Run `{e['run_name']}` (`{e['run_id']}`) · code {e['code_version']} · {e['date']} UTC · "
-            f"wall {duration(e['wall_s'])}" + (f" · {links}" if links else ""), ""]
+            f"wall {duration(e['wall_s'])}{prepare_text(e.get('prepare'))}" + (f" · {links}" if links else ""), ""]
     if e["stale"]:
         out += [f"**Stale**: changed since this run: {', '.join(e['stale'])}.", ""]
     perts = e["robustness"]["labels"]

@@ -49,9 +49,9 @@ def _ctx(spec: ExperimentSpec, p: PrepareSpec, seed: Any, key: str, runs_dir: Pa
             "seed": 0 if seed is None else seed, "workdir": runs_dir / "cache" / f"{key}.work", "device": spec.device}
 
 
-def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, console) -> tuple[dict, dict, float]:
+def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str | None, console) -> tuple[dict, dict, float]:
     """Build (or load) what the selected variants need. Returns ({(entry, seed): object ref},
-    {label: hit|miss}, compute seconds of the steps that ran)."""
+    {label: hit|miss}, compute seconds of the steps that ran). ``tracker`` None: nothing is tagged."""
     import ray
 
     cache = StageCache(runs_dir / "cache")
@@ -83,9 +83,17 @@ def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str, conso
         out, secs = ray.get([out_ref, secs_ref])
         cache.save(key, out)
         compute_s += secs
-    if status:
+    if status and tracker is not None:   # None: `dtlab prepare` (no MLflow run)
         tracker.set_tags(parent_id, {f"prepare.{k}.cache": v for k, v in status.items()})
     return refs, status, compute_s
+
+
+def cold_entries(spec: ExperimentSpec, runs_dir: Path) -> tuple[list[str], int]:
+    """The labels of the needed (entry, seed)s the shared cache does not hold yet, and how many are
+    needed in all (no Ray, no step runs)."""
+    cache, keys = StageCache(runs_dir / "cache"), entry_keys(spec, spec.needed_prepare())
+    missing = [name + (f"@{seed}" if seed is not None else "") for (name, seed), key in keys.items() if not cache.has(key)]
+    return missing, len(keys)
 
 
 def prepare_local(spec: ExperimentSpec, name: str, runs_dir: Path, seed: int | None = None) -> tuple[Any, str]:

@@ -447,6 +447,8 @@ def test_robustness_on_an_experiment_without_a_block_is_refused(tmp_path, monkey
 def test_ctrl_c_stops_the_running_child_and_marks_the_job_killed(tmp_path, monkeypatch):
     # Prepare: a job whose child ignores SIGINT (as under a background shell) and ends on SIGTERM with 7;
     # the progress callback raises KeyboardInterrupt (Ctrl-C) once the child runs
+    monkeypatch.setattr(reproduce, "prepare_command", lambda job, passthrough: [
+        sys.executable, "-c", "print('{}')"])
     monkeypatch.setattr(reproduce, "job_command", lambda job, passthrough: [
         sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
                               "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7)); print('up', flush=True); "
@@ -456,7 +458,8 @@ def test_ctrl_c_stops_the_running_child_and_marks_the_job_killed(tmp_path, monke
 
     def tick():
         seen.append(1)
-        if (tmp_path / "logs" / f"{EXP}.log").read_text().startswith("up"):
+        log = tmp_path / "logs" / f"{EXP}.log"   # (ticks come during the prepare pass too, before it exists)
+        if log.exists() and log.read_text().startswith("up"):
             raise KeyboardInterrupt
 
     # Execute
@@ -464,6 +467,56 @@ def test_ctrl_c_stops_the_running_child_and_marks_the_job_killed(tmp_path, monke
         reproduce.run_job(job, [], tmp_path / "logs", tick)
     # Assert: the child got SIGTERM and ended (its exit code 7), the job is killed, not done
     assert job.state == "killed" and job.returncode == 7 and seen
+
+
+def test_the_prepare_pass_runs_before_the_run_and_is_timed_apart(tmp_path, monkeypatch):
+    # Prepare: a pass that leaves a marker and reports what it built; a run that exits 3 without the marker
+    marker = tmp_path / "prepared"
+    monkeypatch.setattr(reproduce, "prepare_command", lambda job, passthrough: [
+        sys.executable, "-c", f"import json, pathlib; pathlib.Path({str(marker)!r}).touch(); "
+                              "print('building...'); print(json.dumps({'built': ['corpus', 'lm@0'], 'needed': 3}))"])
+    monkeypatch.setattr(reproduce, "job_command", lambda job, passthrough: [
+        sys.executable, "-c", f"import pathlib, sys; sys.exit(0 if pathlib.Path({str(marker)!r}).exists() else 3)"])
+    job = reproduce.Job(EXP, "", [], None)
+    # Execute
+    rc = reproduce.run_job(job, [], tmp_path / "logs", lambda: None)
+    # Assert: the run found what the pass left; the pass's time and what it built are the job's, apart from wall_s
+    assert rc == 0 and job.state == "done"
+    assert job.prepare_built == ["corpus", "lm@0"] and job.prepare_s is not None and job.wall_s is not None
+    assert (tmp_path / "logs" / f"{EXP}.prepare.log").read_text().startswith("building...")
+
+
+def test_a_failed_prepare_pass_fails_the_job_without_running_it(tmp_path, monkeypatch):
+    # Prepare
+    ran = tmp_path / "ran"
+    monkeypatch.setattr(reproduce, "prepare_command", lambda job, passthrough: [
+        sys.executable, "-c", "import sys; print('dtlab: error: boom', file=sys.stderr); sys.exit(2)"])
+    monkeypatch.setattr(reproduce, "job_command", lambda job, passthrough: [
+        sys.executable, "-c", f"import pathlib; pathlib.Path({str(ran)!r}).touch()"])
+    job = reproduce.Job(EXP, "", [], None)
+    # Execute
+    rc = reproduce.run_job(job, [], tmp_path / "logs", lambda: None)
+    # Assert: failed with the pass's exit code, its log named, and the run never started
+    assert rc == 2 and job.state == "failed" and job.wall_s is None and not ran.exists()
+    assert f"{EXP}.prepare.log" in job.note
+
+
+def test_a_run_after_a_cold_prepare_pass_says_so_and_the_header_sums_the_passes(client, tmp_path, probe_inputs):
+    # Prepare: the board run as reproduce records it after a pass that built two entries in 95 s
+    rid = fake_parent(client, EXP, "aaaa" * 10, _claims(), minute=1, inputs=probe_inputs.to_json(),
+                      extra={"dtlab.flavour": "full", "reproduce.prepare_built": "corpus, lm@0"})
+    client.log_metric(rid, "reproduce.wall_s", 300.0)
+    client.log_metric(rid, "reproduce.prepare_s", 95.0)
+    current = {EXP: probe_inputs}.get
+    # Execute: written from the store, then carried from that file into one written from an empty store
+    results_md.write(client, tmp_path / "RESULTS.md", current=current)
+    text = (tmp_path / "RESULTS.md").read_text()
+    carried = results_md.write(tracking_client(f"sqlite:///{tmp_path}/empty.db"), tmp_path / "RESULTS.md", current=current)
+    # Assert: the wall is the run's (warm); the pass is named on the run line and summed in the header, also carried
+    assert "wall 5m00s (warm cache; its cold prepare, a pass before the run: 1m35s)" in text
+    assert "cold prepare passes: 1m35s (platform_probe 1m35s)" in text
+    assert carried["cold_prepare_s"] == {EXP: 95.0}
+    assert "cold prepare passes: 1m35s" in (tmp_path / "RESULTS.md").read_text()
 
 
 def test_a_second_ctrl_c_while_the_child_stops_never_leaves_it_running(tmp_path):
