@@ -461,15 +461,18 @@ def _recorded(path: Path, flavour: str) -> dict:
 
 
 def _file_current(path: Path, jobs: list[Job]) -> bool:
-    """Whether RESULTS.md at ``path`` already records every one of these experiments' current inputs."""
+    """Whether RESULTS.md at ``path`` already records every one of these experiments' current inputs, and
+    shows the store's latest run of each where the store has one (not an older, carried one)."""
     from pipelines.results_md import read_inputs, recorded_changes
 
     try:
-        _, recorded = read_inputs(path.read_text())
+        text = path.read_text()
+        _, recorded = read_inputs(text)
     except (OSError, ValueError):
         return False
     return all(j.experiment in recorded and not recorded_changes(recorded[j.experiment], j.inputs)
                and recorded[j.experiment].get("config") == j.inputs.config   # a legacy record: re-keyed on writing
+               and (j.latest is None or f"(`{j.latest.info.run_id}`)" in text)
                for j in jobs if not j.label)
 
 

@@ -249,7 +249,12 @@ def _carry(model: dict[str, Any], previous: str, current) -> None:
     machines = _old_machines(previous) if old else []
     for e in model["experiments"]:
         o = old.get(e["name"])
-        if e["run_id"] or o is None:
+        if o is None:
+            continue
+        if e["run_id"]:   # re-run on the inputs the file records: its perturbation columns stay
+            now = current(e["name"])
+            if now is not None and not recorded_changes(o["inputs"], now):
+                _keep_perturbations(e, o["section"])
             continue
         now = current(e["name"])
         if now is None or recorded_changes(o["inputs"], now):
@@ -259,6 +264,33 @@ def _carry(model: dict[str, Any], previous: str, current) -> None:
         if any(r["off_tuned"]["perturbations"] for r in store_rows):
             _merge_robustness(e, store_rows)
         model["inputs"][e["name"]] = upgraded(o["inputs"], now)
+
+
+def _keep_perturbations(e: dict[str, Any], section: list[str]) -> None:
+    """A store run replaced a section whose inputs are this run's (a tuned re-run, e.g. ``--force``): the
+    old section's perturbation columns that the store does not hold are kept, since they were judged
+    on the same inputs, and count in k/n against the new run's tuned statuses."""
+    head = next((i for i, line in enumerate(section) if line.startswith("| claim | paper | measured | status | premise")), None)
+    if head is None:
+        return
+    labels = _cells(section[head])[5:]
+    runs = _parse_robustness_runs(section)
+    have = {k for r in e["claims"] for k in r["off_tuned"]["perturbations"]}
+    missing = [label for label in labels if label not in have and label in runs]
+    if not missing:
+        return
+    old_cells = {}
+    for line in section[head + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = _cells(line)
+        name = re.fullmatch(r"(.*?)((?: \((?:control|accounting)\))*)", cells[0]).group(1)
+        old_cells[name] = dict(zip(labels, cells[5:]))
+    for r in e["claims"]:
+        for label in missing:
+            status = old_cells.get(r["claim"], {}).get(label, "–").replace(" (run FAILED)", "").replace(" (stale)", "")
+            r["off_tuned"]["perturbations"][label] = {**runs[label], "status": "not run" if status == "–" else status}
+    e["robustness"] = _robustness(e["claims"])
 
 
 def _old_board(text: str, flavour: str) -> dict[str, dict[str, Any]]:

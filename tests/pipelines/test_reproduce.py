@@ -204,8 +204,49 @@ def test_a_run_in_the_store_replaces_the_carried_section(client, tmp_path, probe
     results_md.write(fresh, path, current={EXP: probe_inputs}.get)
     text = path.read_text()
     # Assert: the store's run, not the carried one
-    assert "carried" not in text and "code cccccccccc" in text and "code aaaaaaaaaa" not in text
+    run_line = next(line for line in text.splitlines() if line.startswith("Run `"))
+    assert "carried" not in run_line and "code cccccccccc" in run_line and "code aaaaaaaaaa" not in text.split("Robustness runs:")[0]
     assert "**1 gated claims judged: 0 holds · 1 fails" in text
+
+
+def test_a_tuned_rerun_on_the_same_inputs_keeps_the_old_perturbation_columns(client, tmp_path, probe_inputs):
+    # Prepare: the old file has the noisy_d column (it fails there); a fresh store holds only a newer tuned run
+    path, old, _ = _old_results(client, tmp_path, probe_inputs)
+    assert "| fails |" in old.split(f"## {EXP}", 1)[1]
+    fresh = tracking_client(f"sqlite:///{tmp_path}/fresh.db")
+    fake_parent(fresh, EXP, "cccc" * 10, _claims(), minute=5, inputs=probe_inputs.to_json(), extra={"dtlab.flavour": "full"})
+    # Execute
+    model = results_md.write(fresh, path, current={EXP: probe_inputs}.get)
+    section = path.read_text().split(f"## {EXP}", 1)[1]
+    # Assert: the new run's section, with the old column, counted against the new tuned status
+    assert "code cccccccccc" in section and "carried" not in section
+    assert "Robustness runs: noisy_d (code aaaaaaaaaa" in section and "| holds |  | fails |" in section
+    (e,) = [e for e in model["experiments"] if e["name"] == EXP]
+    assert (e["robustness"]["k"], e["robustness"]["n"]) == (0, 1)
+
+
+def test_a_tuned_rerun_on_changed_inputs_drops_the_old_perturbation_columns(client, tmp_path, probe_inputs):
+    # Prepare: as above, but this checkout's inputs differ from the file's (one file changed)
+    path, _, _ = _old_results(client, tmp_path, probe_inputs)
+    now = Inputs(probe_inputs.digest + "x", probe_inputs.config, probe_inputs.version,
+                 {**probe_inputs.files, "components/core/probe.py": "0" * 16})
+    fresh = tracking_client(f"sqlite:///{tmp_path}/fresh.db")
+    fake_parent(fresh, EXP, "cccc" * 10, _claims(), minute=5, inputs=now.to_json(), extra={"dtlab.flavour": "full"})
+    # Execute
+    results_md.write(fresh, path, current={EXP: now}.get)
+    # Assert: no perturbation judged on other inputs is shown beside the new run
+    assert "noisy_d" not in path.read_text().split(f"## {EXP}", 1)[1]
+
+
+def test_a_file_recording_the_inputs_but_not_the_stores_newer_run_is_rewritten(client, tmp_path, probe_inputs):
+    # Prepare: the file records these inputs; the store then gets a newer run on them
+    path, _, _ = _old_results(client, tmp_path, probe_inputs)
+    fake_parent(client, EXP, "cccc" * 10, _claims(), minute=9, inputs=probe_inputs.to_json(), extra={"dtlab.flavour": "full"})
+    jobs = [reproduce.Job(EXP, "", [f"experiment={EXP}"], probe_inputs)]
+    # Execute
+    reproduce.judge(jobs, client, "full", force=False)
+    # Assert: current, but the file does not show the store's latest run: it is written again
+    assert jobs[0].why == [] and not reproduce._file_current(path, jobs)
 
 
 def test_judge_skips_current_runs_and_names_what_changed(client, probe_inputs):
