@@ -249,15 +249,11 @@ def _carry(model: dict[str, Any], previous: str, current) -> None:
     machines = _old_machines(previous) if old else []
     for e in model["experiments"]:
         o = old.get(e["name"])
-        if o is None:
+        now = current(e["name"]) if o is not None else None
+        if now is None or recorded_changes(o["inputs"], now):
             continue
         if e["run_id"]:   # re-run on the inputs the file records: its perturbation columns stay
-            now = current(e["name"])
-            if now is not None and not recorded_changes(o["inputs"], now):
-                _keep_perturbations(e, o["section"])
-            continue
-        now = current(e["name"])
-        if now is None or recorded_changes(o["inputs"], now):
+            _keep_perturbations(e, o["section"])
             continue
         store_rows = e["claims"]   # perturbation runs in the store, judged against the carried tuned run
         e.update(_carried_entry(e["name"], o, machines))
@@ -266,30 +262,48 @@ def _carry(model: dict[str, Any], previous: str, current) -> None:
         model["inputs"][e["name"]] = upgraded(o["inputs"], now)
 
 
+def _claims_table(section: list[str]) -> tuple[int, int, list[str]] | None:
+    """Where an old section's claims table starts and ends, and its perturbation labels; None without one."""
+    head = next((i for i, line in enumerate(section) if line.startswith("| claim | paper | measured | status | premise")), None)
+    if head is None:
+        return None
+    end = next((i for i in range(head + 2, len(section)) if not section[i].startswith("|")), len(section))
+    return head, end, _cells(section[head])[5:]
+
+
+def _claim_name(cell: str) -> tuple[str, str]:
+    """(claim, its " (control)" / " (accounting)" tags) from a claims table's first cell."""
+    m = re.fullmatch(r"(.*?)((?: \((?:control|accounting)\))*)", cell)
+    return m.group(1), m.group(2)
+
+
+def _old_status(cell: str) -> str:
+    """A perturbation cell's status without its "(run FAILED)" / "(stale)" marks; "not run" for "–"."""
+    status = cell.replace(" (run FAILED)", "").replace(" (stale)", "")
+    return "not run" if status == "–" else status
+
+
 def _keep_perturbations(e: dict[str, Any], section: list[str]) -> None:
     """A store run replaced a section whose inputs are this run's (a tuned re-run, e.g. ``--force``): the
     old section's perturbation columns that the store does not hold are kept, since they were judged
     on the same inputs, and count in k/n against the new run's tuned statuses."""
-    head = next((i for i, line in enumerate(section) if line.startswith("| claim | paper | measured | status | premise")), None)
-    if head is None:
+    table = _claims_table(section)
+    if table is None:
         return
-    labels = _cells(section[head])[5:]
+    head, end, labels = table
     runs = _parse_robustness_runs(section)
     have = {k for r in e["claims"] for k in r["off_tuned"]["perturbations"]}
     missing = [label for label in labels if label not in have and label in runs]
     if not missing:
         return
     old_cells = {}
-    for line in section[head + 2:]:
-        if not line.startswith("|"):
-            break
+    for line in section[head + 2:end]:
         cells = _cells(line)
-        name = re.fullmatch(r"(.*?)((?: \((?:control|accounting)\))*)", cells[0]).group(1)
-        old_cells[name] = dict(zip(labels, cells[5:]))
+        old_cells[_claim_name(cells[0])[0]] = dict(zip(labels, cells[5:]))
     for r in e["claims"]:
         for label in missing:
-            status = old_cells.get(r["claim"], {}).get(label, "–").replace(" (run FAILED)", "").replace(" (stale)", "")
-            r["off_tuned"]["perturbations"][label] = {**runs[label], "status": "not run" if status == "–" else status}
+            r["off_tuned"]["perturbations"][label] = {**runs[label],
+                                                      "status": _old_status(old_cells.get(r["claim"], {}).get(label, "–"))}
     e["robustness"] = _robustness(e["claims"])
 
 
@@ -418,25 +432,23 @@ def _merge_robustness(e: dict[str, Any], rows: list[dict]) -> None:
     tuned statuses, as :func:`_robustness` counts a tuned run in the store. The tuned run's inputs are
     this checkout's (it is carried), so the perturbation is judged against the same code."""
     section, row = list(e["carried"]["section"]), e["carried"]["row"]
-    head = next((i for i, line in enumerate(section) if line.startswith("| claim | paper | measured | status | premise")), None)
-    if head is None:
+    table = _claims_table(section)
+    if table is None:
         return
-    old_labels = _cells(section[head])[5:]
+    head, end, old_labels = table
     runs = dict(e["robustness"]["runs"])
     by_claim = {r["claim"]: r for r in rows}
     for r in rows:
         for label, p in r["off_tuned"]["perturbations"].items():
             runs[label] = {f: p.get(f, "") for f in ("code_version", "date", "run_failed")} | {"stale": bool(p.get("stale"))}
     labels = sorted(set(old_labels) | set(runs))
-    end = next((i for i in range(head + 2, len(section)) if not section[i].startswith("|")), len(section))
     table = ["| claim | paper | measured | status | premise" + "".join(f" | {p}" for p in labels) + " |",
              "|---|---|---|---|---" + "|---" * len(labels) + "|"]
     judged = []   # the carried table as board rows, the store's perturbations merged in: what _robustness counts
     for line in section[head + 2:end]:
         raw = re.split(r"(?<!\\)\|", line)[1:-1]
         cells = _cells(line)
-        m = re.fullmatch(r"(.*?)((?: \((?:control|accounting)\))*)", cells[0])
-        name, tags = m.group(1), m.group(2)
+        name, tags = _claim_name(cells[0])
         old_cells = dict(zip(old_labels, cells[5:]))
         stored = (by_claim[name]["off_tuned"]["perturbations"] if name in by_claim else {})
         perts = {}
@@ -444,8 +456,7 @@ def _merge_robustness(e: dict[str, Any], rows: list[dict]) -> None:
             if label in stored:
                 perts[label] = stored[label]
             else:
-                status = old_cells.get(label, "–").replace(" (run FAILED)", "").replace(" (stale)", "")
-                perts[label] = runs.get(label, {}) | {"status": "not run" if status == "–" else status}
+                perts[label] = runs.get(label, {}) | {"status": _old_status(old_cells.get(label, "–"))}
         judged.append({"gate": "(control)" not in tags, "kind": "accounting" if "(accounting)" in tags else "",
                        "status": cells[3], "off_tuned": {"perturbations": perts}})
         offs = [perturbation_status(perts[label]) if label in stored else old_cells.get(label, "–") for label in labels]
