@@ -4,6 +4,13 @@ schedule) with every variant's loss, critical-path bytes, simulated step and thr
 fp32 DDP of the same run, per-seed losses, wall time and peak memory.
 
 Run: .venv/bin/python benchmarks/bench_training_composed.py [overrides ...]   (debug=true: the tiny flavour)
+
+``--duo-mecefo [SEEDS]`` (issue 32 item 3) is the minimal reproduction of DUO-1bit x MeCeFO's loss under the
+frequent_failures schedule (p = 0.05, down 50: ~65% of replica-steps down), on pre-LN blocks (no FAL), with one
+approximation at a time switched off: ``duo_mecefo_exact`` (MeCeFO's takeover path, every approximation off:
+the no_sync accumulation under DUO), ``duo_mecefo_noskip`` (attention differentiated), ``duo_mecefo_nolowrank``
+(full-rank FFN weight gradients), each beside MeCeFO alone under the same approximations, and fp32 and DUO; per
+seed, with the excess of each DUO x MeCeFO loss gap to fp32 over the sum of the two alone.
 """
 from __future__ import annotations
 
@@ -15,6 +22,56 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from benchmarks._util import (STATUS, WALL, claims_table, fig, fig_ratio, fig_se, headline, per_seed_table,  # noqa: E402
                               run_isolated, variant_metrics, variant_table)
+
+
+FREQUENT = {"failure_rate": 0.05, "down_steps": 50, "kills": "[]"}
+# name: (sync, the MeCeFO approximations switched off), pre-LN blocks; each DUO x MeCeFO variant is paired with
+# MeCeFO alone on fp32 sync under the same approximations (mecefo itself for the full set)
+PROBE = {
+    "duo_mecefo": ("duo", {}),
+    "duo_mecefo_exact": ("duo", {"skip_attn": "false", "recompute_ffn": "false", "lowrank": "false"}),
+    "duo_mecefo_noskip": ("duo", {"skip_attn": "false"}),
+    "mecefo_noskip": ("fp32", {"skip_attn": "false"}),
+    "duo_mecefo_nolowrank": ("duo", {"lowrank": "false"}),
+    "mecefo_nolowrank": ("fp32", {"lowrank": "false"}),
+}
+PAIRS = {"duo_mecefo": "mecefo", "duo_mecefo_exact": "duo", "duo_mecefo_noskip": "mecefo_noskip",
+         "duo_mecefo_nolowrank": "mecefo_nolowrank"}
+
+
+def probe_overrides(seeds: str) -> list[str]:
+    """The frequent_failures schedule (drawn, also in the debug flavour) on fp32 / duo / mecefo and the
+    variants of :data:`PROBE`."""
+    out = [f"experiment.seeds={seeds}"]
+    for v in ("fp32", "duo", "mecefo"):
+        out += [f"experiment.variants.{v}.params.takeover.{k}={x}" for k, x in FREQUENT.items()]
+    sched = ",".join(f"{k}:{x}" for k, x in FREQUENT.items())
+    for name, (sync, off) in PROBE.items():
+        extra = "".join(f",{k}:{x}" for k, x in off.items())
+        tech = "technique:duo,role:technique,params:{bits:1," if sync == "duo" else \
+            "technique:ddp_train,role:technique,params:{method:fp32,"
+        out.append(f"+experiment.variants.{name}={{{tech}block:pre_ln,takeover:{{recovery:mecefo,{sched}{extra}}}}}}}")
+    return out + [f"only=[fp32,duo,mecefo,{','.join(PROBE)}]"]
+
+
+def probe(seeds: str, overrides: list[str]) -> None:
+    out, peak, wall = run_isolated("training_composed", *probe_overrides(seeds), *overrides)
+    headline("training_composed: DUO x MeCeFO probe (frequent failures)", out, peak, wall, what="probe")
+    per_seed_table(out, "final_val_loss")
+    loss = {n: {s: so.result.metrics["final_val_loss"] for s, so in o.seeds.items() if so.result is not None}
+            for n, o in out.variants.items()}
+    print("\nexcess over additive, per seed: (X - fp32) - (duo - fp32) - (X's MeCeFO on fp32 sync - fp32); for "
+          "duo_mecefo_exact the pair is duo itself (0 when the takeover's no_sync accumulation is exact under DUO)")
+    for s in sorted(loss.get("fp32", {})):
+        f, d = loss["fp32"][s], loss.get("duo", {}).get(s)
+        cells = []
+        for x, alone in PAIRS.items():
+            a, m = loss.get(x, {}).get(s), loss.get(alone, {}).get(s)
+            if None in (d, a, m):
+                continue
+            excess = a - m if x == "duo_mecefo_exact" else (a - f) - (d - f) - (m - f)
+            cells.append(f"{x} {excess:+.4f}")
+        print(f"seed {s}: " + " · ".join(cells))
 
 
 def main(overrides: list[str]) -> None:
@@ -34,4 +91,9 @@ def main(overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    if args and args[0] == "--duo-mecefo":
+        seeds = args[1] if len(args) > 1 and args[1].startswith("[") else "[0,1,2]"
+        probe(seeds, [a for a in args[1:] if a != seeds])
+    else:
+        main(args)
