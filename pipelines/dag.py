@@ -219,6 +219,17 @@ def prepare_only(cfg: dict, console=None) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
+def _cluster_for(cfg: dict) -> dict:
+    """``cfg.cluster`` for this run. A debug run starts embedded Ray without a dashboard unless the command
+    line asks for one (``cluster.include_dashboard=true``): the run lasts seconds and its dashboard dies with
+    it, while starting it costs ~2.5 s of the debug run's fixed cost. A `dtlab up` head keeps its own."""
+    cluster = dict(cfg["cluster"])
+    asked = any(o.lstrip("+~").partition("=")[0] == "cluster.include_dashboard" for o in cfg.get("_overrides") or [])
+    if cfg.get("debug") and not asked:
+        cluster["include_dashboard"] = False
+    return cluster
+
+
 def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool = False) -> RunOutcome:
     from components.core.raytools import init_ray
     from pipelines.live import print_scoreboard, print_timing
@@ -239,7 +250,7 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
     with ThreadPoolExecutor(1, thread_name_prefix="dtlab-mlflow") as pool:
         opening = pool.submit(open_tracking)
         try:
-            ray_info = init_ray(cfg["cluster"])
+            ray_info = init_ray(_cluster_for(cfg))
             from components.core.devices import check_cluster as check_gpus
 
             check_gpus(spec.num_gpus, ray.cluster_resources().get("GPU", 0.0))
