@@ -224,8 +224,7 @@ def _cluster_for(cfg: dict) -> dict:
     line asks for one (``cluster.include_dashboard=true``): the run lasts seconds and its dashboard dies with
     it, while starting it costs ~2.5 s of the debug run's fixed cost. A `dtlab up` head keeps its own."""
     cluster = dict(cfg["cluster"])
-    asked = any(o.lstrip("+~").partition("=")[0] == "cluster.include_dashboard" for o in cfg.get("_overrides") or [])
-    if cfg.get("debug") and not asked:
+    if cfg.get("debug") and "include_dashboard" not in overridden_keys(cfg.get("_overrides"), below="cluster"):
         cluster["include_dashboard"] = False
     return cluster
 

@@ -285,13 +285,13 @@ def _expand_grid(variants_raw: dict, axes: dict[str, list]) -> dict[str, tuple[s
     return out
 
 
-def overridden_keys(overrides: list[str] | None) -> set[str]:
-    """Dotted keys below ``experiment.`` that command-line overrides set."""
+def overridden_keys(overrides: list[str] | None, below: str = "experiment") -> set[str]:
+    """Dotted keys below ``below`` (``experiment``, ``cluster``, ...) that command-line overrides set."""
     keys = set()
     for ov in overrides or []:
         key = ov.lstrip("+~").partition("=")[0]
-        if key.startswith("experiment."):
-            keys.add(key[len("experiment."):])
+        if key.startswith(below + "."):
+            keys.add(key[len(below) + 1:])
     return keys
 
 

@@ -15,17 +15,6 @@ from components.models.dit import DiT, DiTConfig
 STEPS = 24
 
 
-@pytest.fixture(scope="module")
-def model():
-    torch.set_num_threads(1)   # tiny tensors: a second thread only adds contention
-    torch.manual_seed(0)
-    m = DiT(DiTConfig(img_size=8, patch=2, d=32, heads=4, depth=4))
-    with torch.no_grad():   # adaLN-zero: an untrained DiT is the identity; randomise it
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return m.eval().requires_grad_(False)
-
-
 def _run(model, runner, steps=STEPS):
     noise, y = draw(0, 4, model)
     return sample(model, noise, y, steps, 2.0, runner), runner
@@ -183,21 +172,15 @@ def test_calibration_finds_the_lambda_of_a_target_skip_fraction(model):
     assert abs(skip - 0.3) <= 0.07 and 0 < lam < 1e4
 
 
-def test_speedup_is_timed_by_the_one_mechanism_and_its_timed_samples_are_the_evaluated_ones(model, monkeypatch):
+def test_speedup_is_timed_by_the_one_mechanism_and_its_timed_samples_are_the_evaluated_ones(model, prepared_inputs,
+                                                                                             monkeypatch):
     from components.diffusion.foresight import technique as tech
     from components.core.context import RunContext
 
     # Prepare: a reference of 4 samples, the model and a classifier passed through as prepared inputs
-    noise, y = draw(3, 4, model)
-    ref = {"noise": noise, "y": y, "x": sample(model, noise, y, STEPS, 2.0, BlockRunner()), "steps": STEPS,
-           "cfg_scale": 2.0, "size": 8}
-
-    class Oracle(torch.nn.Module):
-        def forward(self, z):
-            return torch.nn.functional.one_hot(torch.zeros(len(z), dtype=torch.long), 10).float()
     monkeypatch.setattr(tech, "load_dit", lambda m: m)
     monkeypatch.setattr(tech, "load_classifier", lambda c: c)
-    ctx = RunContext(seed=0, variant="static2", inputs={"model": model, "reference": ref, "classifier": Oracle()})
+    ctx = RunContext(seed=0, variant="static2", inputs=prepared_inputs(model, STEPS))
     timed_p = BaselineParams(policy="static", batch=2, timing_batches=1, timing_rounds=3, grid=False)
     untimed_p = BaselineParams(policy="static", batch=2, timing_batches=0, grid=False)
     # Execute

@@ -9,20 +9,8 @@ from components.core.errors import ConfigError
 from components.diffusion.foresight import budgets as bud
 from components.diffusion.foresight.policies import StaticN
 from components.diffusion.sampling import BlockRunner, draw, sample
-from components.models.dit import DiT, DiTConfig
 
 STEPS = 20
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    m = DiT(DiTConfig(img_size=8, patch=2, d=32, heads=4, depth=4))
-    with torch.no_grad():   # adaLN-zero: an untrained DiT is the identity; randomise it
-        for p in m.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return m.eval().requires_grad_(False)
 
 
 def _run(model, runner):
@@ -58,20 +46,13 @@ def test_layer_rates_measure_full_compute_and_change_nothing(model):
     assert all(v > 0 for r in probe.rates for v in r)
 
 
-def test_curve_reports_every_policy_at_every_budget(model, monkeypatch):
+def test_curve_reports_every_policy_at_every_budget(model, prepared_inputs, monkeypatch):
     from components.core.context import RunContext
 
     # Prepare: a reference of 4 samples; the model and an oracle classifier passed through as prepared inputs
-    noise, y = draw(3, 4, model)
-    ref = {"noise": noise, "y": y, "x": sample(model, noise, y, STEPS, 2.0, BlockRunner()), "steps": STEPS,
-           "cfg_scale": 2.0, "size": 8}
-
-    class Oracle(torch.nn.Module):
-        def forward(self, z):
-            return torch.nn.functional.one_hot(torch.zeros(len(z), dtype=torch.long), 10).float()
     monkeypatch.setattr(bud, "load_dit", lambda m: m)
     monkeypatch.setattr(bud, "load_classifier", lambda c: c)
-    ctx = RunContext(seed=0, variant="budget_curve", inputs={"model": model, "reference": ref, "classifier": Oracle()})
+    ctx = RunContext(seed=0, variant="budget_curve", inputs=prepared_inputs(model, STEPS))
     p = bud.BudgetParams(warmup=2, interval=3, last_full=0, batch=2, budgets=[20, 40], calib_samples=2, calib_iters=5,
                          rate_samples=2)
     # Execute
