@@ -4,7 +4,10 @@
   attributes, each value drawn from the attribute's small value set (``kb_seed``).
 - Questions: explicit-entity ("what is the colour of Zorvan ?", several paraphrases per
   attribute) and pronoun follow-ups ("and its size ?"), which only the conversation context
-  resolves. The answer of a turn is the attribute's value for the entity in focus, so a cached
+  resolves. Two phrasings (``KBParams.phrasing``): ``templated`` (5 explicit and 4 follow-up forms,
+  each attribute named by two words, one of them a made-up synonym such as "bigness") and
+  ``natural`` (5 + 5 forms that vary the function words the way people reword a question, the
+  attribute by its ordinary noun), fixed before their similarity was measured. The answer of a turn is the attribute's value for the entity in focus, so a cached
   answer can be checked: a false hit is a wrong answer.
 - A session opens with an explicit question; each later turn is a follow-up on the entity in focus,
   or (``p_shift``) a topic shift: an explicit question about a new entity. Entities and attributes
@@ -34,6 +37,27 @@ ATTRS = {  # attribute -> (words naming it in paraphrases, value set)
 EXPLICIT = ["what is the {a} of {e} ?", "tell me the {a} of {e} ?", "which {a} does {e} have ?",
             "do you know the {a} of {e} ?", "{e} has what {a} ?"]
 FOLLOWUP = ["and its {a} ?", "what about its {a} ?", "what is its {a} ?", "its {a} ?"]
+
+
+@dataclass(frozen=True)
+class Phrasing:
+    """How users word a question: explicit and follow-up templates, and how many of an attribute's
+    words (``ATTRS[a][0]``, the ordinary noun first) they use."""
+    explicit: tuple
+    followup: tuple
+    n_words: int
+
+    def words(self, attr: str) -> list[str]:
+        return ATTRS[attr][0][:self.n_words]
+
+
+PHRASINGS = {
+    "templated": Phrasing(tuple(EXPLICIT), tuple(FOLLOWUP), 2),
+    "natural": Phrasing(("what is the {a} of {e} ?", "what is {e} 's {a} ?", "can you tell me the {a} of {e} ?",
+                         "do you know the {a} of {e} ?", "what {a} does {e} have ?"),
+                        ("what is its {a} ?", "and what is its {a} ?", "what about its {a} ?", "and its {a} ?",
+                         "what {a} does it have ?"), 1),
+}
 SYLL = ["zor", "van", "mek", "la", "tir", "bo", "qua", "sel", "drin", "ko", "pax", "ul", "fen", "ri", "gol",
         "tha", "mu", "xen", "or", "vi", "lum", "ba", "kir", "es"]
 SPECIAL = ["<pad>", "<bos>", "Q", "A", "?", "."]
@@ -44,10 +68,12 @@ class KBParams:
     n_entities: int = 40
     n_attrs: int = 4
     kb_seed: int = 0
+    phrasing: str = "templated"        # a PHRASINGS key: how the workload's users word their questions
 
     def check(self):
         require(2 <= self.n_entities <= 200, "n_entities", self.n_entities, "an integer in [2, 200]")
         require(1 <= self.n_attrs <= len(ATTRS), "n_attrs", self.n_attrs, f"an integer in [1, {len(ATTRS)}]")
+        require(self.phrasing in PHRASINGS, "phrasing", self.phrasing, f"one of {sorted(PHRASINGS)}")
 
 
 @dataclass
@@ -55,14 +81,15 @@ class KB:
     entities: list[str]
     attrs: list[str]
     values: dict          # (entity, attr) -> value word
+    phrasing: Phrasing = PHRASINGS["templated"]
 
     @property
     def vocab(self) -> list[str]:
         words = set()
-        for t in EXPLICIT + FOLLOWUP:
+        for t in self.phrasing.explicit + self.phrasing.followup:
             words.update(w for w in t.split() if "{" not in w)
         for a in self.attrs:
-            words.update(ATTRS[a][0])
+            words.update(self.phrasing.words(a))
             words.update(ATTRS[a][1])
         return SPECIAL + sorted(words - set(SPECIAL)) + self.entities
 
@@ -77,25 +104,31 @@ def make_kb(p: KBParams) -> KB:
             names.append(n)
     attrs = list(ATTRS)[:p.n_attrs]
     values = {(e, a): ATTRS[a][1][int(rng.integers(0, len(ATTRS[a][1])))] for e in names for a in attrs}
-    return KB(names, attrs, values)
+    return KB(names, attrs, values, PHRASINGS[p.phrasing])
 
 
 def explicit_q(kb: KB, e: str, a: str, t: int, w: int) -> str:
-    return EXPLICIT[t].format(a=ATTRS[a][0][w], e=e)
+    return kb.phrasing.explicit[t].format(a=kb.phrasing.words(a)[w], e=e)
 
 
 def followup_q(kb: KB, a: str, t: int, w: int) -> str:
-    return FOLLOWUP[t].format(a=ATTRS[a][0][w])
+    return kb.phrasing.followup[t].format(a=kb.phrasing.words(a)[w])
+
+
+def query_meanings(kb: KB) -> dict[str, tuple]:
+    """Every query text the generator can produce -> what it asks: ``(entity, attr)`` for an explicit
+    question, ``(None, attr)`` for a follow-up (its entity is the conversation's)."""
+    out = {}
+    for a in kb.attrs:
+        for w in range(len(kb.phrasing.words(a))):
+            out.update({followup_q(kb, a, t, w): (None, a) for t in range(len(kb.phrasing.followup))})
+            out.update({explicit_q(kb, e, a, t, w): (e, a) for e in kb.entities for t in range(len(kb.phrasing.explicit))})
+    return out
 
 
 def all_queries(kb: KB) -> list[str]:
     """Every query text the generator can produce (embedded once, in prepare)."""
-    out = []
-    for a in kb.attrs:
-        for w in range(len(ATTRS[a][0])):
-            out += [followup_q(kb, a, t, w) for t in range(len(FOLLOWUP))]
-            out += [explicit_q(kb, e, a, t, w) for e in kb.entities for t in range(len(EXPLICIT))]
-    return sorted(set(out))
+    return sorted(query_meanings(kb))
 
 
 @dataclass(frozen=True)
@@ -144,11 +177,11 @@ def session_turns(kb: KB, sid: int, n: int, p: WorkloadParams, pe, pa, rng) -> l
         pf = pa[free] / pa[free].sum()
         a = kb.attrs[free[int(rng.choice(len(free), p=pf))]]
         asked.add(a)
-        w = int(rng.integers(0, len(ATTRS[a][0])))
+        w = int(rng.integers(0, len(kb.phrasing.words(a))))
         if i == 0 or shift:
-            q = explicit_q(kb, ent, a, int(rng.integers(0, len(EXPLICIT))), w)
+            q = explicit_q(kb, ent, a, int(rng.integers(0, len(kb.phrasing.explicit))), w)
         else:
-            q = followup_q(kb, a, int(rng.integers(0, len(FOLLOWUP))), w)
+            q = followup_q(kb, a, int(rng.integers(0, len(kb.phrasing.followup))), w)
         out.append(Turn(sid, i, q, ent, a, kb.values[(ent, a)], shift))
     return out
 

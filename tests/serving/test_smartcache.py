@@ -1,12 +1,15 @@
 """SmartCache: exact KV-block reuse on the paged pool, copy-on-write sharing, eviction rules on
-hand-made traces, the forest's guard and lookup scopes, the systems' accounting, and the debug
-experiment end to end."""
+hand-made traces, the forest's guard and lookup scopes, the systems' accounting, the two phrasings,
+the miss ledger and paraphrase recall, and the debug experiment end to end."""
+import hashlib
+
 import numpy as np
 import pytest
 import torch
 
 from components.core.errors import ConfigError
-from components.data.conversations import KBParams, Tokenizer, Turn, WorkloadParams, make_kb, make_workload
+from components.data.conversations import (KBParams, Tokenizer, Turn, WorkloadParams, all_queries, make_kb, make_workload,
+                                          query_meanings, training_dialogues)
 from components.models.gpt import GPT, GPTConfig
 from components.serving.cost import Usage
 from components.data.text_embeddings import bow_embed
@@ -14,7 +17,8 @@ from components.serving.smartcache.engine import Engine
 from components.serving.smartcache.eviction import Stats, StepWeights, lfu, lru, step
 from components.serving.smartcache.forest import Forest
 from components.serving.smartcache.kvpool import BlockPool, BlockTable
-from components.serving.smartcache.systems import make_system
+from components.serving.smartcache.misses import MissLedger, paraphrase_recall
+from components.serving.smartcache.systems import TurnOut, make_system
 from components.serving.smartcache.technique import SmartCacheParams, replay
 
 
@@ -112,7 +116,6 @@ def _turns(kb, queries, session):
 
 
 def _emb(kb):
-    from components.data.conversations import all_queries
     texts = all_queries(kb)
     return dict(zip(texts, bow_embed(texts)))
 
@@ -172,6 +175,92 @@ def test_workload_is_seeded_and_checkable():
     assert any(t.shift for t in w)
 
 
+def test_templated_phrasing_draws_what_it_drew_before_the_natural_one_existed():
+    # Prepare / Execute: the vocabulary, a workload and training dialogues of the full experiment's KB
+    kb = make_kb(KBParams(n_entities=24, n_attrs=4))
+    w = make_workload(kb, WorkloadParams(n_sessions=200, min_turns=3, max_turns=6), seed=0)
+    d = training_dialogues(kb, 50, 6, 0.25, 0)
+    # Assert: byte for byte what the code drew at 69e83c2 (so today's setting, and its LM, are unchanged)
+    assert hashlib.sha256(repr((kb.vocab, w, d)).encode()).hexdigest()[:16] == "70716d577c9e6ff4"
+
+
+def test_natural_phrasing_asks_the_same_facts_in_its_own_words():
+    # Prepare
+    templated = make_kb(KBParams(n_entities=6, n_attrs=3))
+    natural = make_kb(KBParams(n_entities=6, n_attrs=3, phrasing="natural"))
+    tok = Tokenizer(natural.vocab)
+    # Execute
+    w = make_workload(natural, WorkloadParams(n_sessions=200, p_shift=0.3), seed=0)
+    meanings = query_meanings(natural)
+    # Assert: same world, other words; every question tokenizes and its meaning is the turn's
+    assert natural.values == templated.values and natural.entities == templated.entities
+    assert "bigness" in templated.vocab and "bigness" not in natural.vocab and "'s" in natural.vocab
+    assert {t.query for t in w} <= set(meanings) and set(all_queries(natural)) == set(meanings)
+    for t in w:
+        tok.encode(t.query)
+        assert meanings[t.query] == ((t.entity, t.attr) if t.index == 0 or t.shift else (None, t.attr))
+    per = {}
+    for text, m in meanings.items():
+        per.setdefault(m, []).append(text)
+    assert {len(v) for v in per.values()} == {5}                 # 5 forms x 1 attribute noun, each kind
+    with pytest.raises(ConfigError, match="phrasing"):
+        KBParams(phrasing="poetic").check()
+
+
+def test_paraphrase_recall_counts_same_meaning_pairs_at_the_threshold():
+    # Prepare: one vector per meaning, so every paraphrase pair scores 1 and other meanings 0;
+    # then the follow-ups of one attribute split into two directions
+    kb = make_kb(KBParams(n_entities=4, n_attrs=2))
+    meanings = query_meanings(kb)
+    keys = sorted(set(meanings.values()), key=str)
+    eye = np.eye(len(keys) + 1, dtype=np.float32)
+    emb = {t: eye[keys.index(m)] for t, m in meanings.items()}
+    a = kb.attrs[0]
+    follow = sorted(t for t, m in meanings.items() if m == (None, a))
+    for t in follow[:len(follow) // 2]:
+        emb[t] = eye[-1]
+    # Execute
+    clean = paraphrase_recall(kb, {t: eye[keys.index(m)] for t, m in meanings.items()}, tau=0.9)
+    split = paraphrase_recall(kb, emb, tau=0.9)
+    # Assert
+    assert clean["paraphrase_recall_explicit"] == clean["paraphrase_recall_followup"] == 1.0
+    assert clean["cross_meaning_max"] == 0.0
+    n = len(follow)                        # the split attribute: n/2 * n/2 of its n(n-1)/2 pairs now miss
+    pairs = 2 * n * (n - 1) // 2
+    assert split["paraphrase_recall_followup"] == pytest.approx(1 - (n // 2) ** 2 / pairs)
+    assert split["paraphrase_recall_explicit"] == 1.0
+
+
+def test_miss_ledger_tells_cold_paraphrase_branch_and_detection_misses_apart():
+    # Prepare: a forest driven by hand; E is asked attribute a0 then a1 by four sessions
+    e, a0, a1 = "Zorvan", "colour", "size"
+    f = Forest(d=2, tau=0.9)
+    v = np.array([1.0, 0.0], np.float32)
+    w = np.array([0.6, 0.8], np.float32)                        # cosine 0.6 to v: a paraphrase miss
+    ledger = MissLedger(f)
+
+    def turn(sid, i, entity, attr, shift=False):
+        return Turn(sid, i, "q", entity, attr, "x", shift)
+
+    def miss(t, under, emb, shift_pred=None):
+        n = f.add(under, t.query, emb, "x", None, 0)
+        ledger.record(t, TurnOut("x", False, 0, 0, 0, True, shift_pred, n.key, scope=-1 if under is None else under.key), emb)
+        return n
+
+    # Execute
+    r0 = miss(turn(0, 0, e, a0), None, v)                        # cold: nobody asked (E, a0)
+    r1 = miss(turn(1, 0, e, a0), None, w)                        # paraphrase: r0 is a root, scored 0.6
+    miss(turn(1, 1, None, a1), r1, v, shift_pred=False)          # cold: (E, a0) -> a1 never asked
+    ledger.record(turn(2, 0, e, a0), TurnOut("x", True, 0, 0, 0, True, None, r0.key, scope=-1), v)   # hit r0
+    miss(turn(2, 1, None, a1), r0, v, shift_pred=False)          # branch: the path lives under r1
+    miss(turn(3, 1, e, a0, shift=True), r0, v, shift_pred=False)   # detect: a missed topic shift
+    m = ledger.metrics()
+    # Assert
+    assert ledger.counts == {"hit": 1, "cold": 2, "paraphrase": 1, "detect": 1, "branch": 1}
+    assert m["hit_ceiling"] == pytest.approx(1 - 2 / 6) and m["miss_paraphrase"] == pytest.approx(1 / 6)
+    assert m["paraphrase_miss_sim"] == pytest.approx(0.6)
+
+
 def test_bad_params_rejected():
     with pytest.raises(ConfigError, match="budget_frac"):
         SmartCacheParams(budget_frac=1.5).check()
@@ -182,15 +271,20 @@ def test_bad_params_rejected():
 def test_debug_experiment_end_to_end(run_experiment):
     out = run_experiment("smartcache")
     assert not out.failed, out.failed
-    assert {"no_cache", "prefix", "sem_query", "smart", "step_0_05", "lru_0_25"} <= set(out.variants)
+    assert {"no_cache", "prefix", "sem_query", "smart", "step_0_05", "lru_0_25", "smart_nat", "prefix_nat"} <= set(out.variants)
     for c in out.claims:                  # every claim computed, but the ablations' (dropped in debug)
         if c.name in ("sharing_saves_memory", "detection_helps"):
             assert c.skipped and "not run" in c.error
         else:
             assert not c.skipped and c.error in ("", None), (c.name, c.error)
-    m = out.variants["smart"].result.metrics
-    for k in ("hit_ratio", "false_hit_ratio", "kv_blocks_peak", "prefill_tokens_saved", "answer_accuracy", "sim_ttft_s"):
-        assert np.isfinite(m[k]), k
+    for v in ("smart", "smart_nat"):
+        m = out.variants[v].result.metrics
+        for k in ("hit_ratio", "false_hit_ratio", "kv_blocks_peak", "prefill_tokens_saved", "answer_accuracy", "sim_ttft_s",
+                  "hit_ceiling", "miss_cold", "paraphrase_recall_explicit", "paraphrase_recall_followup"):
+            assert np.isfinite(m[k]), (v, k)
+        assert m["hit_ratio"] <= m["hit_ceiling"] and sum(m[f"miss_{k}"] for k in MissLedger.KINDS) == \
+            pytest.approx(1 - m["hit_ratio"])
+    assert out.variants["smart_nat"].result.info["phrasing"] == "natural"
 
 
 @pytest.mark.parametrize("p_shift", [0.0, 0.12, 1.0])
@@ -231,5 +325,17 @@ def test_turns_beyond_the_prepared_lm_context_are_rejected_before_ray():
     with pytest.raises(ConfigError, match="max_turns=5: at most 4 turns: 5 turns can build a 59-token prompt"):
         check("experiment.common.smartcache.workload.max_turns=5")
     # a context that holds them: accepted, as are the debug and full configurations
-    assert check("experiment.common.smartcache.workload.max_turns=8", "experiment.prepare.lm.params.context=95")
+    assert check("experiment.common.smartcache.workload.max_turns=8", "experiment.prepare.lm.params.context=95",
+                 "experiment.prepare.lm_natural.params.context=103")
     assert check() and dag.validate(config.compose(["experiment=smartcache"]))
+
+
+def test_embeddings_of_another_phrasing_than_the_lm_are_rejected_before_ray():
+    from pipelines import config, dag
+
+    with pytest.raises(ConfigError) as e:
+        dag.validate(config.compose(["experiment=smartcache", "debug=true",
+                                     "experiment.prepare.embeddings_natural.params.kb.phrasing=templated"]))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("experiment.prepare.embeddings_natural.params.kb.phrasing='templated': ")
+    assert msg.endswith("the phrasing of the LM it is paired with: natural (experiment.prepare.lm_natural)")

@@ -8,7 +8,7 @@ import torch
 
 from components.core.errors import require
 from components.core.registry import prepare_step
-from components.data.conversations import KBParams, Tokenizer, make_kb, training_dialogues
+from components.data.conversations import PHRASINGS, KBParams, Phrasing, Tokenizer, make_kb, training_dialogues
 from components.models.gpt import GPT, GPTConfig
 
 
@@ -33,8 +33,15 @@ class LMParams:
         require(self.batch >= 1, "batch", self.batch, "a positive integer")
         require(self.lr > 0, "lr", self.lr, "a positive learning rate")
         require(1 <= self.max_turns <= 16, "max_turns", self.max_turns, "an integer in [1, 16]")
-        require(self.context >= 12 * self.max_turns + 2, "context", self.context,
-                f"at least 12 * max_turns + 2 = {12 * self.max_turns + 2} tokens")
+        per_turn = turn_tokens_max(PHRASINGS[KBParams(**self.kb).phrasing])
+        require(self.context >= per_turn * self.max_turns + 2, "context", self.context,
+                f"at least {per_turn} * max_turns + 2 = {per_turn * self.max_turns + 2} tokens "
+                f"(the longest turn of its phrasing is {per_turn} tokens)")
+
+
+def turn_tokens_max(phrasing: Phrasing) -> int:
+    """The longest turn's tokens: ``Q``, the longest question, ``A``, the value and ``.``."""
+    return max(len(t.split()) for t in phrasing.explicit + phrasing.followup) + 4
 
 
 def dialogue_tokens(tok: Tokenizer, turns) -> tuple[list[int], list[int]]:

@@ -40,6 +40,7 @@ class TurnOut:
     node: int = -1
     reuse: int = -1         # ticks since the hit entry's previous access (-1: not a hit)
     rho: float = float("nan")   # attention mass of the query onto the history (SmartCache detection)
+    scope: int = -2             # SmartCache: the node whose children the lookup searched (-1: the roots)
 
 
 class System:
@@ -260,6 +261,7 @@ class SmartCache(System):
             shift = rho < self.cfg.tau_ctx
         under = None if shift else self.cur[sid]
         node, _ = self.forest.lookup(under, e, t.query)
+        scope = -1 if under is None else under.key
         prompt = (ctx.n_tokens if ctx is not None and not shift else 1) + len(q)
         if node is not None:
             reuse = self.now - node.last
@@ -267,7 +269,7 @@ class SmartCache(System):
             self._attach(sid, node)
             p1, d1 = self._usage()
             return TurnOut(node.answer, True, prompt, p1 - p0, d1 - d0, True,
-                           shift if had else None, node.key, reuse, rho)
+                           shift if had else None, node.key, reuse, rho, scope)
         if shift:                                       # a new root: the context restarts
             ctx, cache = None, KVCache(self.engine.model.cfg.n_layer)
             logits, _ = self.engine.prefill(cache, [self.tok.bos] + q)
@@ -283,7 +285,7 @@ class SmartCache(System):
         n = self.forest.add(parent, t.query, e, answer, table, self.now)
         self._attach(sid, n)
         p1, d1 = self._usage()
-        return TurnOut(answer, False, prompt, p1 - p0, d1 - d0, True, pred, n.key, rho=rho)
+        return TurnOut(answer, False, prompt, p1 - p0, d1 - d0, True, pred, n.key, rho=rho, scope=scope)
 
 
 def make_system(engine: Engine, emb: dict, cfg) -> System:

@@ -8,7 +8,10 @@ least one block), ``false_hit_ratio`` (wrong cached answers / turns) and ``false
 ``prefill_tokens`` (computed) and ``prefill_tokens_saved`` (context + query tokens not computed),
 ``sim_ttft_s`` (mean simulated time to first token, below), the shift detector's
 ``shift_precision`` / ``shift_recall`` / ``shift_f1`` (SmartCache) and ``reuse_distance`` (mean
-ticks, i.e. turns served, since a hit entry's previous access).
+ticks, i.e. turns served, since a hit entry's previous access). SmartCache also reports where its
+misses come from and whether the embedding recognises the workload's paraphrases at its threshold
+(``miss_cold`` / ``miss_paraphrase`` / ``miss_detect`` / ``miss_branch``, ``hit_ceiling``,
+``paraphrase_recall_explicit`` / ``_followup``, ``cross_meaning_max``: :mod:`.misses`).
 
 Simulated TTFT prices the computed tokens as if on the paper's model: the LM is charged as a
 ``sim_lm_params`` model (Qwen-2.5-1.5B by default) and each embedding lookup as the MiniLM
@@ -32,12 +35,13 @@ import torch
 from components.core.errors import ConfigError, require
 from components.core.registry import technique
 from components.core.result import Result
-from components.data.conversations import (EXPLICIT, FOLLOWUP, KBParams, Tokenizer, WorkloadParams, make_kb,
+from components.data.conversations import (PHRASINGS, KBParams, Phrasing, Tokenizer, WorkloadParams, make_kb,
                                           make_workload)
 from components.serving.cost import TokenCost, Usage
 from components.serving.smartcache.engine import Engine
 from components.serving.smartcache.eviction import StepWeights
 from components.serving.smartcache.kvpool import BlockPool
+from components.serving.smartcache.misses import MissLedger, paraphrase_recall
 from components.serving.smartcache.prepare import load_lm
 from components.serving.smartcache.systems import make_system
 
@@ -76,30 +80,40 @@ class SmartCacheParams:
             require(getattr(self, k) > 0, k, getattr(self, k), "a positive parameter count")
 
 
-def longest_prompt(wp: WorkloadParams) -> int:
+def longest_prompt(wp: WorkloadParams, phrasing: Phrasing = PHRASINGS["templated"]) -> int:
     """The most tokens the workload can put before an answer: ``<bos>`` and ``max_turns - 1`` whole turns
     (each ``Q query A value .``) and the last turn's ``Q query A``. Turn 0 and every topic shift are
     explicit questions, the rest follow-ups; with ``p_shift > 0`` any later turn can be a shift, so
     every turn is counted at the longest paraphrase it can take (entities, attribute names and values
     are one word each)."""
     words = lambda templates: max(len(t.format(a="a", e="e").split()) for t in templates)  # noqa: E731
-    explicit, followup = words(EXPLICIT) + 4, words(FOLLOWUP) + 4     # + Q, A, the value, '.'
+    explicit, followup = words(phrasing.explicit) + 4, words(phrasing.followup) + 4     # + Q, A, the value, '.'
     later = max(explicit, followup) if wp.p_shift > 0 else followup
     return 1 + explicit + (wp.max_turns - 1) * later - 2
 
 
+def _phrasing(entry) -> str:
+    return KBParams(**(getattr(entry.params, "kb", None) or {})).phrasing
+
+
 def validate(p: SmartCacheParams, exp: dict, inputs: dict) -> None:
     """The workload's longest prompt fits the context of the LM its ``lm`` input is bound to (else every
-    session that long fails mid-run)."""
+    session that long fails mid-run), and the ``embeddings`` input embedded the phrasing that LM was
+    trained on (the workload's questions are the LM's)."""
     wp = WorkloadParams(**p.workload)
-    lm = inputs["lm"]
+    lm, emb = inputs["lm"], inputs["embeddings"]
+    if _phrasing(emb) != _phrasing(lm):
+        raise ConfigError(f"experiment.prepare.{emb.name}.params.kb.phrasing", _phrasing(emb),
+                          f"the phrasing of the LM it is paired with: {_phrasing(lm)} (experiment.prepare.{lm.name})")
+    phrasing = PHRASINGS[_phrasing(lm)]
     context = getattr(lm.params, "context", None)
-    if context is None or longest_prompt(wp) <= context:
+    if context is None or longest_prompt(wp, phrasing) <= context:
         return
-    fits = max((n for n in range(1, wp.max_turns) if longest_prompt(replace(wp, max_turns=n)) <= context), default=0)
+    fits = max((n for n in range(1, wp.max_turns) if longest_prompt(replace(wp, max_turns=n), phrasing) <= context),
+               default=0)
     raise ConfigError("workload.max_turns", wp.max_turns,
-                      f"at most {fits} turns: {wp.max_turns} turns can build a {longest_prompt(wp)}-token prompt, "
-                      f"over the context of {context} of the LM prepared by experiment.prepare.{lm.name}")
+                      f"at most {fits} turns: {wp.max_turns} turns can build a {longest_prompt(wp, phrasing)}-token "
+                      f"prompt, over the context of {context} of the LM prepared by experiment.prepare.{lm.name}")
 
 
 def private_footprint(turns, tok: Tokenizer, block_size: int) -> int:
@@ -121,7 +135,8 @@ def replay(p: SmartCacheParams, lm: dict, emb: dict, seed: int, progress=None) -
     """Run one system over one seed's workload (see the module docstring)."""
     torch.set_num_threads(1)
     model = load_lm(lm)
-    kb = make_kb(KBParams(**lm["kb"]))
+    kbp = KBParams(**lm["kb"])
+    kb = make_kb(kbp)
     tok = Tokenizer(kb.vocab)
     wp = WorkloadParams(**p.workload)
     turns = make_workload(kb, wp, seed)
@@ -135,6 +150,7 @@ def replay(p: SmartCacheParams, lm: dict, emb: dict, seed: int, progress=None) -
     usage = Usage()
     engine = Engine(model, tok, pool, usage, p.rho_layers, p.rho_tokens == "last")
     system = make_system(engine, emb, p)
+    ledger = MissLedger(system.forest) if p.system == "smartcache" else None
     lm_cost = TokenCost.from_params(int(p.sim_lm_params), p.flops_per_s)
     emb_cost = TokenCost.from_params(int(p.embed_params), p.flops_per_s)
     hits = false = correct = computed = saved = decoded = 0
@@ -143,6 +159,8 @@ def replay(p: SmartCacheParams, lm: dict, emb: dict, seed: int, progress=None) -
     t0 = time.perf_counter()
     for i, t in enumerate(turns):
         out = system.turn(t)
+        if ledger is not None:
+            ledger.record(t, out, emb[t.query])
         ok = out.answer == t.answer
         correct += ok
         hits += out.hit
@@ -178,8 +196,12 @@ def replay(p: SmartCacheParams, lm: dict, emb: dict, seed: int, progress=None) -
     if pred:
         pr, rc, f1 = _prf(pred, true)
         metrics.update(shift_precision=pr, shift_recall=rc, shift_f1=f1)
+    if ledger is not None:
+        metrics.update(ledger.metrics())
+        metrics.update(paraphrase_recall(kb, emb, p.tau_sim_smart))
     return Result(metrics=metrics, series={"resident_blocks": resident[::max(1, n // 500)]},
-                  info={"lm_heldout_accuracy": lm["heldout_accuracy"], "system": p.system, "budget": budget})
+                  info={"lm_heldout_accuracy": lm["heldout_accuracy"], "system": p.system, "budget": budget,
+                        "phrasing": kbp.phrasing})
 
 
 @technique("smartcache", family="serving", params=SmartCacheParams, inputs=("lm", "embeddings"), validate=validate,
