@@ -14,7 +14,7 @@ def _claims_computed(outcome):
 
 @pytest.mark.parametrize("name, variants", [
     ("adaptive_beam_search", 14),
-    ("hybrid_einsum", 3),
+    ("hybrid_einsum", 4),
 ])
 def test_debug_flavour_end_to_end(run_experiment, mlflow_client, name, variants):
     out = run_experiment(name)

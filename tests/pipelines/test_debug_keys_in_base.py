@@ -41,7 +41,7 @@ KNOWN_DEBUG_ONLY: dict[str, set[str]] = {
     "hybrid_einsum": {
         "prepare.calibration.params.cost_max_bits", "prepare.calibration.params.cost_min_s",
         "prepare.calibration.params.cost_reps", "prepare.calibration.params.densities",
-        "variants.gap_grid.params.n_values", "variants.suite.params.methods", "variants.suite.params.warmup",
+        "variants.gap_grid.params.n_values", "variants.libraries.params.warmup", "variants.suite.params.warmup",
     },
     "mecefo": {
         "common.mecefo.actor_down", "common.mecefo.actor_kills", "common.mecefo.actor_steps",
