@@ -248,6 +248,7 @@ def test_virtual_clock_is_the_slowest_live_replica_plus_the_allreduce():
     (dict(actor_kills=[[30, 1]], actor_steps=24), "actor_kills"),
     (dict(n_head=3), "n_head"),
     (dict(refresh=0), "refresh"),
+    (dict(recovery="ndb", clock_only=True), "clock_only"),   # only checkpoint-restart replays fault_free's run
 ])
 def test_bad_input_is_one_config_error(kw, key):
     with pytest.raises(ConfigError) as e:
@@ -294,8 +295,9 @@ def test_recovery_modes_on_one_schedule():
     kw = dict(n_layer=1, n_head=2, d_model=16, context=16, batch=2, steps=30, warmup=2, eval_every=10,
               eval_batch=4, eval_batches=1, final_eval_batches=1, failure_rate=0.1, down_steps=5, refresh=10)
     # Execute: every recovery mode on seed 0 (the same failure draws)
-    m = {r: run_mecefo(MeCeFOParams(recovery=r, **kw), RunContext(seed=0, inputs={"corpus": c, "timing": timing})).metrics
-         for r in ("fault_free", "ndb", "mecefo", "ckpt_restart")}
+    ctx = lambda: RunContext(seed=0, inputs={"corpus": c, "timing": timing})  # noqa: E731
+    m = {r: run_mecefo(MeCeFOParams(recovery=r, **kw), ctx()).metrics for r in ("fault_free", "ndb", "mecefo", "ckpt_restart")}
+    clock = run_mecefo(MeCeFOParams(recovery="ckpt_restart", clock_only=True, **kw), ctx()).metrics
     # Assert: exact takeover = fault-free math; MeCeFO's approximations change the loss; the clock charges
     # NDB 2x and MeCeFO 1.6x per overloaded replica plus its refresh share (0.2), checkpoint-restart its restarts
     assert m["ndb"]["final_val_loss"] == m["fault_free"]["final_val_loss"] == m["ckpt_restart"]["final_val_loss"]
@@ -307,5 +309,9 @@ def test_recovery_modes_on_one_schedule():
     assert abs(m["fault_free"]["throughput_loss"]) < 1e-12
     assert 0 < m["mecefo"]["throughput_loss"] < m["ndb"]["throughput_loss"]
     assert m["ckpt_restart"]["sim_lost_s"] >= 30.0 * m["ckpt_restart"]["failures"] > 0
+    # checkpoint-restart's clock without its training (which replays fault_free's): the same clock, no loss
+    assert "final_val_loss" not in clock
+    assert {k: clock[k] for k in ("sim_step_s", "sim_lost_s", "throughput_loss", "failures", "saved_activation_ratio")} \
+        == {k: m["ckpt_restart"][k] for k in ("sim_step_s", "sim_lost_s", "throughput_loss", "failures", "saved_activation_ratio")}
     assert 0 < m["mecefo"]["down_frac"] < 1 and -1 <= m["mecefo"]["grad_cosine"] <= 1
     assert m["mecefo"]["exact_mode_grad_err"] < 1e-6

@@ -51,6 +51,9 @@ class MeCeFOParams(TrainSetup):
     actor_down: int = 5
     crash_at: list | None = None      # [replica, step]: that actor exits outside the schedule (fault drill)
     timeout_s: float = 120.0
+    # the virtual clock only, no training: checkpoint-restart's rolled-back steps replay the same batches, so its
+    # trajectory is fault_free's bit for bit (tests/training/test_mecefo.py) and only its clock differs
+    clock_only: bool = False
 
     def check(self):
         self.check_setup()
@@ -73,6 +76,8 @@ class MeCeFOParams(TrainSetup):
         require(self.crash_at is None or (len(self.crash_at) == 2 and 0 <= self.crash_at[0] < self.replicas),
                 "crash_at", self.crash_at, f"null or [replica < {self.replicas}, step]")
         require(self.timeout_s >= 5, "timeout_s", self.timeout_s, "at least 5 seconds")
+        require(not self.clock_only or self.recovery == "ckpt_restart", "clock_only", self.clock_only,
+                "false unless recovery=ckpt_restart (the one recovery whose trajectory is fault_free's)")
 
     def approx(self) -> Approx:
         return Approx(self.skip_attn, self.recompute_ffn, self.lowrank, self.rank, self.basis, self.attn_mean,
@@ -114,7 +119,10 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
     n, a, seed = p.replicas, p.approx(), ctx.seed
     t_start = time.perf_counter()
     sets, events = failure_schedule(n, p.steps, p.failure_rate, p.down_steps, seed)
-    out = train(p, corpus, seed, sets, p.recovery, a, p.approx_own, progress=ctx.progress)
+    if p.clock_only:   # the initial model: its parameter count and activation bytes are all the clock reads
+        out = train(p, corpus, seed, sets, p.recovery, a, steps=0, evaluate=False) | {"val_steps": [], "cos": []}
+    else:
+        out = train(p, corpus, seed, sets, p.recovery, a, p.approx_own, progress=ctx.progress)
     model = out["model"]
 
     # --- virtual clock on the microbenchmarked costs
@@ -157,8 +165,7 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
     tb_take = {"ndb": tb_exact, "mecefo": modes[mode_key(a)]["saved_bytes"]}.get(p.recovery, 0)
     tb_own = modes[mode_key(a)]["saved_bytes"] if p.recovery == "mecefo" and p.approx_own else tb_exact
     has_take = p.recovery in ("ndb", "mecefo")
-    m = {"final_val_loss": out["final_val_loss"],
-         "sim_step_s": total / p.steps, "sim_total_s": total, "sim_lost_s": lost,
+    m = {"sim_step_s": total / p.steps, "sim_total_s": total, "sim_lost_s": lost,
          "tokens_per_s": tokens / total, "throughput_loss": 1.0 - ff_total / total,
          "overloaded_step_ratio": (t_own + t_take + t_refresh) / t_exact if has_take else 1.0,
          "overloaded_step_ratio_sched": (float(np.mean(over)) + t_refresh) / t_exact if over else 1.0,
@@ -169,6 +176,8 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
          "t_exact_s": t_exact, "t_take_s": t_take, "allreduce_s": ar, "n_params": float(out["n_params"]),
          "refresh_share": t_refresh / t_exact, "basis_refreshes": float(out["basis_refreshes"]),
          "allreduces_per_step": 1.0, "allreduce_bytes_per_step": 4.0 * out["n_params"]}   # one fp32 ring all-reduce
+    if "final_val_loss" in out:
+        m["final_val_loss"] = out["final_val_loss"]
     for k, mode in modes.items():     # every ablation's cost from the same microbenchmark
         m[f"time_ratio_{k.replace('+', '_')}"] = mode["s"] / t_exact
         m[f"saved_ratio_{k.replace('+', '_')}"] = mode["saved_bytes"] / tb_exact
@@ -184,7 +193,7 @@ def run_mecefo(p: MeCeFOParams, ctx) -> Result:
     vs = out["val_steps"]
     clock = np.concatenate([[0.0], np.cumsum(per_step)])
     series = {"val_loss": (vs, out["val_loss"]),
-              "val_loss_vs_sim_s": ([float(clock[s]) for s in vs], out["val_loss"], "virtual s")}
+              "val_loss_vs_sim_s": ([float(clock[s]) for s in vs], out["val_loss"], "virtual s")} if vs else {}
     if out["cos"]:
         series["grad_cosine"] = (out["cos_steps"], [c["grad_cosine"] for c in out["cos"]])
     return Result(metrics=m, series=series,
