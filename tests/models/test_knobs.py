@@ -54,7 +54,8 @@ KEYS_BEFORE = {
                       "final_eval_batches final_lr_frac link lowrank lr n_head n_layer rank recompute_ffn "
                       "recovery replicas restart_penalty_s skip_attn steps threads timeout_s warmup "
                       "weight_decay".split())
-    | {"basis", "attn_mean", "refresh"},   # added since (issue 32 item 1): the low-rank basis, the skipped attention's mean, the basis refresh
+    | {"basis", "attn_mean", "refresh"}    # added since (issue 32 item 1): the low-rank basis, the skipped attention's mean, the basis refresh
+    | {"clock_only"},                      # added since (issue 28): checkpoint-restart's virtual clock without its training
     DiTTrainParams: set("batch d depth ema heads label_dropout lr patch seed steps".split()),
     SpaceServeParams: set("beta chunk_tokens deadline_s enc_budget encoder_order eps gpu gpu_overrides "
                           "image_counts image_probs max_batch mu n_requests out_mean rate rates sis_rule "

@@ -211,6 +211,7 @@ def test_lm_cascade_arms_run_on_tiny_models():
     from components.models.gpt import GPT, GPTConfig
     from components.data import reasoning as R
     from components.serving.gatekeeper.lm import LMCascadeParams, greedy_answers, run_gatekeeper_lm
+    from components.serving.gatekeeper.large_answers import LargeAnswersParams, prepare_large_answers
 
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=len(R.ALPHABET), n_layer=1, n_head=2, d_model=16, context=R.max_len("medium"))
@@ -222,12 +223,15 @@ def test_lm_cascade_arms_run_on_tiny_models():
     out = greedy_answers(GPT(cfg).eval(), probs)
     assert out["ok"].shape == (6,) and np.all((out["conf_mean"] > 0) & (out["conf_mean"] <= 1))
     assert np.all(out["conf_min"] <= out["conf_mean"]) and np.all(out["n_gen"] >= 1)
+    large = prepare_large_answers(LargeAnswersParams(n_val=10, n_test=10), RunContext(seed=0, inputs={"lms": lms}))
     res = run_gatekeeper_lm(LMCascadeParams(method="gatekeeper", steps=2, batch=4, n_val=10, n_test=10),
-                            RunContext(seed=0, inputs={"lms": lms}))
+                            RunContext(seed=0, inputs={"lms": lms, "large": large}))
     assert {"small_acc", "large_acc", "s_d", "joint_acc_r20", "cost_rel_r20", "ece", "overconf", "auroc",
             "token_acc", "token_ece", "token_overconf"} <= set(res.metrics)
     assert 0 <= res.metrics["token_acc"] <= 1 and 0 <= res.metrics["token_ece"] <= 1
     assert res.metrics["cost_rel_r20"] > res.metrics["deferral_r20"] > 0     # small always runs, large on deferrals
+    # the large model's accuracy is the prepared answers' (the base model decodes the test slice once)
+    assert large["ok"].shape == (10,) and res.metrics["large_acc"] == pytest.approx(float(large["ok"].mean()))
 
 
 def test_experiment_validates_and_lm_form_mix_must_match_prepare():
@@ -257,3 +261,13 @@ def test_lm_validation_reads_the_entry_the_variant_binds():
     # Assert: each is caught against the entry the variants bind (lm_* first for lms, lm60_* for lms_mid)
     assert "style_b=0.0: 0.3 (" in bad_lms and "prepare lms small_style_b" in bad_lms
     assert "style_b=0.0: 0.3 (" in bad_mid and "prepare lms_mid small_style_b" in bad_mid
+
+
+def test_lm_arms_read_base_answers_made_from_their_own_models_and_split():
+    # Prepare / Execute / Assert: the answers of the other model pair, or of another split, are one line before Ray
+    from pipelines import config, dag
+
+    with pytest.raises(ConfigError, match=r"experiment.prepare.large.inputs.lms='lms_mid'"):
+        dag.validate(config.compose(["experiment=gatekeeper", "experiment.prepare.large.inputs.lms=lms_mid"]))
+    with pytest.raises(ConfigError, match=r"n_test=500: 400 \(prepare large_mid n_test"):
+        dag.validate(config.compose(["experiment=gatekeeper", "experiment.prepare.large_mid.params.n_test=400"]))

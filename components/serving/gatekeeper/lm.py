@@ -10,7 +10,7 @@ fixed number of steps. Arms, as for digits:
 
 Cascade: the small model decodes its chain of thought greedily; sequence confidence g = mean
 (or min) over its generated tokens of the token max-probability. Deferred problems are solved by
-the base model. Correctness = the exact final answer. Validation and test problems are disjoint
+the base model, whose answers are prepared once for every arm and seed (:mod:`.large_answers`). Correctness = the exact final answer. Validation and test problems are disjoint
 slices of the held-out set; tau comes from validation. Cost is simulated per token with
 ``lm_costs`` (prefill + decode of the small model always, of the base model when deferred).
 """
@@ -24,6 +24,7 @@ from components.core.registry import technique
 from components.core.result import Result
 from components.data import reasoning as R
 from components.serving.cost import Usage
+from components.serving.gatekeeper.answers import greedy_answers
 from components.serving.gatekeeper.loss import gatekeeper_loss
 from components.serving.gatekeeper.metrics import ece, evaluate_cascade, overconfidence
 from components.serving.gatekeeper.technique import curve_result
@@ -72,42 +73,6 @@ def finetune(model, method: str, alpha: float, steps: int, batch: int, lr: float
         losses.append(loss.item())
     model.eval()
     return losses
-
-
-@torch.no_grad()
-def greedy_answers(model, problems: list, chunk: int = 256) -> dict[str, np.ndarray]:
-    """Batched greedy chains of thought (full recompute per token; prompts of one level share a
-    length). Returns correctness, mean/min token max-prob, generated and prompt token counts."""
-    ctxlen = model.cfg.context
-    ok, cmean, cmin, ngen, nprompt = [], [], [], [], []
-    for s in range(0, len(problems), chunk):
-        part = problems[s:s + chunk]
-        prompts = [R.encode(p.text) for p in part]
-        require(len({len(q) for q in prompts}) == 1, "problems", "mixed prompt lengths", "problems of one level")
-        ids = torch.tensor(prompts)
-        B, T0 = ids.shape
-        done = torch.zeros(B, dtype=torch.bool)
-        maxp = torch.zeros(B, ctxlen)
-        count = torch.zeros(B)
-        while ids.shape[1] < ctxlen and not done.all():
-            p = torch.softmax(model(ids)[:, -1].float(), -1)
-            conf, nxt = p.max(-1)
-            live = ~done
-            maxp[live, count[live].long()] = conf[live]
-            count += live.float()
-            nxt = torch.where(done, torch.full_like(nxt, R.PAD_ID), nxt)
-            ids = torch.cat([ids, nxt[:, None]], 1)
-            done |= nxt == R.STOP_ID
-        for i, prob in enumerate(part):
-            n = int(count[i])
-            text = R.decode(ids[i, T0:T0 + n].tolist())
-            ok.append(R.final_answer(R.split_steps(text)) == prob.answer)
-            cmean.append(float(maxp[i, :n].mean()) if n else 0.0)
-            cmin.append(float(maxp[i, :n].min()) if n else 0.0)
-            ngen.append(n)
-            nprompt.append(T0)
-    return {"ok": np.array(ok), "conf_mean": np.array(cmean), "conf_min": np.array(cmin),
-            "n_gen": np.array(ngen), "n_prompt": np.array(nprompt)}
 
 
 @torch.no_grad()
@@ -163,11 +128,20 @@ class LMCascadeParams:
 
 
 def _needs_lms(p: LMCascadeParams, exp: dict, inputs: dict) -> None:
-    """The stage-2 mix and the held-out split against the reasoning_lms entry input ``lms`` is bound to."""
+    """The stage-2 mix and the held-out split against the reasoning_lms entry input ``lms`` is bound to, and
+    the base model's answers (input ``large``) made from that entry on the same split."""
     entry = inputs["lms"]
     require(entry.step == "reasoning_lms", f"experiment.prepare.{entry.name}.step", entry.step,
             "reasoning_lms (gatekeeper_lm's input lms is the small/base model pair)")
     lp = entry.params
+    large = inputs["large"]
+    require(large.step == "cascade_large_answers", f"experiment.prepare.{large.name}.step", large.step,
+            "cascade_large_answers (gatekeeper_lm's input large is the base model's answers)")
+    require(large.inputs.get("lms") == entry.name, f"experiment.prepare.{large.name}.inputs.lms",
+            large.inputs.get("lms"), f"{entry.name} (the entry this variant's input lms is bound to)")
+    for knob in ("n_val", "n_test"):
+        require(getattr(large.params, knob) == getattr(p, knob), knob, getattr(p, knob),
+                f"{getattr(large.params, knob)} (prepare {large.name} {knob}: the split its answers were made on)")
     for mine, theirs in (("style_b", "small_style_b"), ("flip", "small_flip")):
         require(getattr(p, mine) == getattr(lp, theirs), mine, getattr(p, mine),
                 f"{getattr(lp, theirs)} (the small model's training mix: prepare {entry.name} {theirs})")
@@ -177,7 +151,7 @@ def _needs_lms(p: LMCascadeParams, exp: dict, inputs: dict) -> None:
             + (f", less the last n_select={lp.n_select} that chose the small model" if free < lp.n_heldout else ""))
 
 
-@technique("gatekeeper_lm", family="serving", params=LMCascadeParams, validate=_needs_lms, inputs=("lms",),
+@technique("gatekeeper_lm", family="serving", params=LMCascadeParams, validate=_needs_lms, inputs=("lms", "large"),
            summary="Gatekeeper on an LM cascade (reasoning task): per-token stage-2 fine-tuning of the small GPT, "
                    "sequence confidence = mean token max-prob, deferral of whole problems to the base GPT.")
 def run_gatekeeper_lm(p: LMCascadeParams, ctx) -> Result:
@@ -187,7 +161,7 @@ def run_gatekeeper_lm(p: LMCascadeParams, ctx) -> Result:
     held = R.held_out_problems(p.n_val + p.n_test, lms["level"], lms["heldout_seed"])
     val, test = held[:p.n_val], held[p.n_val:]
     costs = lm_costs(lms)
-    large = greedy_answers(load_lm(lms, "base"), test)
+    large = ctx.input("large")                    # the base model's answers on `test` (prepare cascade_large_answers)
     small = load_lm(lms, "small")
     if p.method != "untuned":
         excluded = {q.text for q in R.held_out_problems(lms["n_heldout"], lms["level"], lms["heldout_seed"])}
