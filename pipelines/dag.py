@@ -198,7 +198,7 @@ def prepare_only(cfg: dict, console=None) -> dict:
     something is missing. What `dtlab reproduce` runs before each configuration, so that the run's wall is
     measured with a warm cache and the cold prepare is timed apart (issue "The whole board in 75 minutes").
     Returns the experiment, the entries built, how many are needed, and the pass's seconds."""
-    from components.core.raytools import init_ray
+    from components.core.raytools import init_ray, shutdown_embedded
     from pipelines.stages.prepare import cold_entries
 
     t0 = time.perf_counter()
@@ -207,14 +207,12 @@ def prepare_only(cfg: dict, console=None) -> dict:
     missing, needed = cold_entries(spec, runs_dir)
     status: dict[str, str] = {}
     if missing:
-        import ray
-
         info = init_ray(cfg["cluster"])
         try:
             _, status, _ = prepare(spec, runs_dir, None, None, console)
         finally:
             if info.get("mode") == "embedded":
-                ray.shutdown()
+                shutdown_embedded()
     return {"experiment": spec.name, "built": [k for k, v in status.items() if v == "miss"], "needed": needed,
             "seconds": time.perf_counter() - t0}
 
@@ -230,7 +228,7 @@ def _cluster_for(cfg: dict) -> dict:
 
 
 def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool = False) -> RunOutcome:
-    from components.core.raytools import init_ray
+    from components.core.raytools import init_ray, shutdown_embedded
     from pipelines.live import print_scoreboard, print_timing
 
     spec = validate(cfg)
@@ -314,9 +312,7 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
         open_runs.discard(parent_id)
         phases.mark("tracking_wait")
         if teardown and ray_info.get("mode") == "embedded":  # this run's own Ray: stopped inside the line
-            import ray
-
-            ray.shutdown()
+            shutdown_embedded()
             phases.mark("teardown")
         if console is not None:
             print_scoreboard(console, outcome, spec, debug=bool(cfg.get("debug")), timing=False)

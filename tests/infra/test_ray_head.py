@@ -383,3 +383,34 @@ def test_train_placement_group_cleaner_warns_once_not_every_second(monkeypatch):
     passed.clear()
     emit(3)
     assert len(passed) == 3, "verbose runs show every one"
+
+
+def test_shutdown_kills_its_own_monitor_at_once_and_leaves_a_connected_heads_alone(monkeypatch):
+    # Prepare: Ray's global node stand-ins, one a session this process started, one a connection to a head
+    import ray
+    from ray._private import ray_constants
+    from ray._private import worker as ray_worker
+
+    from components.core.raytools import shutdown_embedded
+
+    calls = []
+
+    class Node:
+        def __init__(self, head):
+            self.head = head
+
+        def _kill_process_type(self, process_type, **kw):
+            calls.append((process_type, kw))
+
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    # Execute
+    monkeypatch.setattr(ray_worker, "_global_node", Node(head=True), raising=False)
+    shutdown_embedded()
+    own = list(calls)
+    calls.clear()
+    monkeypatch.setattr(ray_worker, "_global_node", Node(head=False), raising=False)
+    shutdown_embedded()
+    # Assert: its own session's monitor is SIGKILLed (no 1 s SIGTERM grace) before the shutdown; a connected
+    # driver only shuts down
+    assert own == [(ray_constants.PROCESS_TYPE_MONITOR, {"check_alive": False, "allow_graceful": False}), "shutdown"]
+    assert calls == ["shutdown"]
