@@ -356,28 +356,6 @@ def init_ray(cluster: dict[str, Any]) -> dict[str, Any]:
     return info
 
 
-def shutdown_embedded() -> None:
-    """``ray.shutdown()`` without its one-second wait on the session's autoscaler monitor.
-
-    Ray stops a session it started one process after another, each given a second after SIGTERM
-    before SIGKILL; the monitor of a local session never exits on SIGTERM, so every shutdown waited
-    its full second (1.0 of the 1.4 s a `dtlab run`'s teardown took here). It is killed at once, as
-    Ray would a second later; the rest stops as ``ray.shutdown()`` stops it. A driver connected to
-    a head it did not start owns no processes: nothing is killed there."""
-    import ray
-
-    try:
-        from ray._private import ray_constants
-        from ray._private import worker as ray_worker
-
-        node = getattr(ray_worker, "_global_node", None)
-        if node is not None and getattr(node, "head", False):
-            node._kill_process_type(ray_constants.PROCESS_TYPE_MONITOR, check_alive=False, allow_graceful=False)
-    except Exception:  # noqa: BLE001 - Ray's private API moved: the plain shutdown below still ends the session
-        pass
-    ray.shutdown()
-
-
 class NodeActor:
     """A generic Ray actor standing for one machine (a worker node, a client host, a chiplet).
 

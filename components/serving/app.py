@@ -385,7 +385,7 @@ def serve_until_stopped(app_factory, name: str, route_prefix: str, endpoint: str
     """
     import ray
 
-    from components.core.raytools import init_ray, shutdown_embedded
+    from components.core.raytools import init_ray
 
     if flavour:
         os.environ[FLAVOUR_ENV] = flavour
@@ -419,7 +419,7 @@ def serve_until_stopped(app_factory, name: str, route_prefix: str, endpoint: str
                     finally:
                         stop_serve()
             finally:
-                shutdown_embedded()     # a session of its own stops at once; a connected driver disconnects
+                ray.shutdown()
     why = signals.received[-1] if signals.received else "Ctrl-C"
     out(f"dtlab serve {name}: stopped by {why} ({time.monotonic() - t_stop:.1f} s)")
 

@@ -391,7 +391,7 @@ def test_shutdown_kills_its_own_monitor_at_once_and_leaves_a_connected_heads_alo
     from ray._private import ray_constants
     from ray._private import worker as ray_worker
 
-    from components.core.raytools import shutdown_embedded
+    from pipelines.dag import shutdown_embedded
 
     calls = []
 
