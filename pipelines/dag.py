@@ -225,7 +225,7 @@ def shutdown_embedded() -> None:
     shutdown waited its full second (1.0 of the 1.4 s a `dtlab run`'s teardown took here). It is
     killed at once, as Ray would a second later; the rest stops as ``ray.shutdown()`` stops it. A
     driver connected to a head it did not start owns no processes: nothing is killed there. (Here,
-    not in components/core/raytools.py, which every experiment's recorded inputs include.)"""
+    not in components/core/raytools.py, which 11 experiments' recorded inputs include.)"""
     import ray
 
     try:
