@@ -160,6 +160,7 @@ def test_gpipe_clock_overlaps_transfers_with_compute():
                                       ({"micro_batches": 3}, "micro_batches"), ({"topk_keep": 0}, "topk_keep"),
                                       ({"links": {"l": {"bandwidth": "fast"}}}, "links.l.bandwidth"),
                                       ({"execution": "in_process", "steps": 5, "warmup": 1, "actor_check_steps": 6}, "actor_check_steps"),
+                                      ({"execution": "in_process", "actor_check_steps": -1}, "actor_check_steps"),
                                       ({"execution": "in_process", "die_stage": 1, "die_at_step": 8}, "die_at_step")])
 def test_bad_input_is_one_config_error(raw, key):
     with pytest.raises(ConfigError) as e:
@@ -186,6 +187,28 @@ def test_a_dying_stage_actor_ends_the_call_with_the_reason(ray_session):
     # Execute / Assert: Ray's actor-death error, naming the stage, no hang
     with pytest.raises(StageDied, match=r"pipeline stage \[1\] actor died at step 1: .*Actor"):
         run_subspace_pp(p, RunContext(seed=0, inputs={"corpus": corpus}))
+
+
+def test_in_process_without_actor_check_starts_no_actor_and_reuses_the_last_evaluation():
+    from components.core.context import RunContext
+    from components.training.subspace_pp.technique import run_subspace_pp
+
+    # Prepare: a tiny 2-stage pipeline in process, no actor check, the curve on the final loss's windows
+    corpus = build_corpus(max_chars=20_000)
+    raw = {"n_layer": 2, "n_head": 2, "d_model": 16, "context": 16, "stages": 2, "micro_batches": 2, "batch": 4,
+           "steps": 4, "warmup": 0, "k": 2, "eval_every": 3, "eval_batches": 2, "final_eval_batches": 2,
+           "codec": "ssn", "execution": "in_process", "actor_check_steps": 0}
+    # Execute: no Ray session exists, so a stage actor would fail the call
+    res = run_subspace_pp(parse_params(SubspacePPParams, raw), RunContext(seed=0, inputs={"corpus": corpus}))
+    more = run_subspace_pp(parse_params(SubspacePPParams, {**raw, "final_eval_batches": 3}),
+                           RunContext(seed=0, inputs={"corpus": corpus}))
+    # Assert: the actor figures say "not checked"; the curve ends on the final loss (steps 0, 3, 4)
+    m = res.metrics
+    assert all(math.isnan(m[k]) for k in ("actor_vs_local_loss_err", "actor_vs_local_weight_err", "actor_bytes_match"))
+    steps, vals = res.series["val_loss"]
+    assert list(steps) == [0, 3, 4] and m["final_val_loss"] == vals[-1] == m["last_eval_loss"]
+    # with more final windows than the curve's, the final loss is its own evaluation of the same weights
+    assert more.series["val_loss"][1][-1] == vals[-1] and more.metrics["final_val_loss"] != vals[-1]
 
 
 def test_debug_experiment_end_to_end(run_experiment):

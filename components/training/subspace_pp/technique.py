@@ -9,7 +9,8 @@ gradients are compared with the same model run in one process (``loss_rel_err``,
 experiment uses: ~4x faster here, where Ray calls and object transfers cost ~5x the compute of these
 tiny stages) runs the same StageWorker code in the driver after the first ``actor_check_steps`` steps
 ran on the stage actors from the same initial weights and batches, and records how far the two
-differ (losses, bytes, weights: ``actor_vs_local_*``; 0 when they are bitwise equal).
+differ (losses, bytes, weights: ``actor_vs_local_*``; 0 when they are bitwise equal; NaN with
+``actor_check_steps: 0``, for variants no claim checks this way).
 The simulated clock is the GPipe schedule on each configured link (``links``: name -> link), from
 the stages' measured compute (thread CPU time) and the bytes the codec really produced.
 ``bandwidth_share_<link>``: of the boundary messages' transfer time on that link, the share that is
@@ -72,7 +73,7 @@ class SubspacePPParams(GPTTrainKnobs):
     die_at_step: int = 1
     timeout_s: float = 300.0        # no answer from the pipeline for this long: the variant fails
     execution: Literal["actors", "in_process"] = "actors"
-    actor_check_steps: int = 8      # in_process: these first steps also run on the stage actors
+    actor_check_steps: int = 8      # in_process: these first steps also run on the stage actors (0: none)
 
     def check(self):
         self.check_knobs("final_eval_batches")
@@ -92,8 +93,8 @@ class SubspacePPParams(GPTTrainKnobs):
         require(-1 <= self.die_stage < self.stages, "die_stage", self.die_stage, f"-1 (none) or a stage in [0, {self.stages})")
         require(self.timeout_s > 0, "timeout_s", self.timeout_s, "positive seconds")
         if self.execution == "in_process":
-            require(1 <= self.actor_check_steps <= self.steps, "actor_check_steps", self.actor_check_steps,
-                    f"an integer in [1, steps={self.steps}] (execution: in_process)")
+            require(0 <= self.actor_check_steps <= self.steps, "actor_check_steps", self.actor_check_steps,
+                    f"an integer in [0, steps={self.steps}] (execution: in_process; 0: no actor check)")
         if self.execution == "in_process" and self.die_stage >= 0:
             require(self.die_at_step < self.actor_check_steps, "die_at_step", self.die_at_step,
                     f"below actor_check_steps={self.actor_check_steps} (in_process: only those steps run on actors)")
@@ -236,8 +237,9 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
     rng = np.random.default_rng(ctx.seed)
     vrng = np.random.default_rng(VAL_SEED)
     val = [sample_batch(corpus.val, p.batch, p.context, vrng) for _ in range(max(p.eval_batches, p.final_eval_batches))]
-    check = actor_check(args, p, corpus, ctx.seed) if p.execution == "in_process" else None
-    pipe = _Pipeline(local_stages(args) if check else start_stages(args), p.timeout_s)
+    in_process = p.execution == "in_process"
+    check = actor_check(args, p, corpus, ctx.seed) if in_process and p.actor_check_steps else None
+    pipe = _Pipeline(local_stages(args) if in_process else start_stages(args), p.timeout_s)
     actor_err = {"actor_vs_local_loss_err": math.nan, "actor_vs_local_weight_err": math.nan,
                  "actor_bytes_match": math.nan}
     train_loss, sim = [], {n: [] for n in links}
@@ -289,7 +291,9 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
                     wire[n][0] += link.transfer_s(size) - link.latency_s
                     wire[n][1] += link.transfer_s(size)
             ctx.progress(step + 1, p.steps, loss=train_loss[-1], val=eval_vals[-1])
-        final_val = pipe.val_loss(p.steps, val[:p.final_eval_batches])
+        # the curve's last point already is the final loss when it reads the same windows
+        final_val = (eval_vals[-1] if p.final_eval_batches == p.eval_batches
+                     else pipe.val_loss(p.steps, val[:p.final_eval_batches]))
         stats = pipe.get([a.stats.remote() for a in pipe.actors], p.steps)
     finally:
         pipe.close()
