@@ -348,6 +348,11 @@ class Tracker:
         not thread-safe: draw either only in submitted functions or only in the caller's thread."""
         self._put(None, "call", (fn, args, kwargs))
 
+    def submit_for(self, run_id: str, fn: Callable, *args, **kwargs) -> None:
+        """:meth:`submit` on behalf of ``run_id``: if ``fn`` raises, the error is recorded on that run,
+        which then ends FAILED with it (as for a failed write)."""
+        self._put(run_id, "call", (fn, args, kwargs))
+
     def end(self, run_id: str, status: str = "FINISHED", error: str | None = None) -> None:
         """End the run after every write queued for it. Ending the last open run waits for the
         queue (nothing is left unwritten when the caller returns or crashes on)."""

@@ -234,6 +234,8 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
                 live.update(per_variant(ray.get(board.snapshot.remote(), timeout=5), outcomes))
             except Exception:  # noqa: BLE001 - the live table is best effort
                 live.update({})
+    # the runs' plots are drawn on the tracker's writer: done before the report draws in this thread
+    tracker.flush()
     if keep_board_s:
         time.sleep(keep_board_s)  # let Prometheus scrape the final values before the actor goes
     ray.kill(board)

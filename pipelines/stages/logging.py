@@ -30,7 +30,10 @@ def log_result(tracker, run_id: str, res: Result, title: str, max_points: int | 
     """Log one Result to ``run_id``: final metrics, series (thinned; full ones in series.json),
     tables, files, summary.json and the plots: per-step series in plots/series.png, curves over
     another x (Result.series) in plots/curves.png with that x on the axis, each also as the
-    table ``curves/<name>.json``."""
+    table ``curves/<name>.json``. The plots are drawn on the tracker's writer thread, in order
+    with the run's writes (``Tracker.submit_for``: a drawing that fails ends the run FAILED with
+    the reason); whoever draws in its own thread afterwards flushes the tracker first, as matplotlib
+    is not thread-safe (:func:`pipelines.stages.execute.execute` does, before the report)."""
     metrics = _loggable(res.clean_metrics(), n_seeds)
     metrics["variant_wall_s"] = wall_s
     metrics.setdefault("wall_s", wall_s)  # a technique's own wall_s (e.g. per request) wins
@@ -58,10 +61,15 @@ def log_result(tracker, run_id: str, res: Result, title: str, max_points: int | 
                 tracker.log_bytes(run_id, data, name)
     tracker.log_json(run_id, {**summary, "metrics": metrics, "info": res.info}, "summary.json")
     steps = [n for n in res.series if n not in curves]
-    if steps:
-        _series_figure(tracker, run_id, res, steps[:SERIES_PLOTS], title, "plots/series.png")
-    if curves:
-        _series_figure(tracker, run_id, res, curves, title, "plots/curves.png")
+    figures = [(names, path) for names, path in ((steps[:SERIES_PLOTS], "plots/series.png"), (curves, "plots/curves.png"))
+               if names]
+    if figures:  # drawn on the tracker's writer thread: the driver goes back to dispatching at once
+        tracker.submit_for(run_id, _draw_figures, tracker, run_id, res, title, figures)
+
+
+def _draw_figures(tracker, run_id: str, res: Result, title: str, figures: list[tuple[list[str], str]]) -> None:
+    for names, path in figures:
+        _series_figure(tracker, run_id, res, names, title, path)
 
 
 def _series_figure(tracker, run_id: str, res: Result, names: list[str], title: str, path: str) -> None:

@@ -97,6 +97,24 @@ def test_figure_closed_right_after_logging_lands(store, tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_work_submitted_for_a_run_that_fails_ends_that_run_failed_with_the_reason(store):
+    # Prepare: a run whose plot drawing (queued work done on the writer) raises
+    t, exp = store
+    rid = t.start_run(exp, "bad-drawing")
+    t.log_metrics(rid, {"loss": 1.0})
+
+    def draw():
+        raise ValueError("no finite point to plot")
+
+    # Execute
+    t.submit_for(rid, draw)
+    t.end(rid, "FINISHED")
+    # Assert: the metric landed, the run did not end FINISHED, and says why
+    run = t.client.get_run(rid)
+    assert run.info.status == "FAILED" and run.data.metrics["loss"] == 1.0
+    assert "no finite point to plot" in run.data.tags["error"]
+
+
 def test_queued_writes_survive_interpreter_exit(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = (

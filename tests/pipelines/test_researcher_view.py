@@ -100,6 +100,10 @@ class _Recorder:
     def log_figure(self, run_id, fig, path):
         self.figures[path] = [ax.get_xlabel() for ax in fig.axes]
 
+    def submit_for(self, run_id, fn, *args):  # the writer thread's queue: recorded, then run here
+        self.submitted = getattr(self, "submitted", []) + [run_id]
+        fn(*args)
+
 
 def test_log_result_gives_a_curve_its_table_and_a_plot_with_its_x_label():
     from pipelines.stages.logging import log_result
@@ -115,6 +119,7 @@ def test_log_result_gives_a_curve_its_table_and_a_plot_with_its_x_label():
     assert rec.json["curves/acc_vs_deferral.json"][1] == {"deferral ratio": 0.25, "acc_vs_deferral": 0.86}
     assert rec.json["series.json"]["acc_vs_deferral"]["x"] == "deferral ratio"
     assert rec.figures == {"plots/series.png": ["step"], "plots/curves.png": ["deferral ratio"]}
+    assert rec.submitted == ["run"], "the plots are drawn on the tracker's writer, for this run"
     assert "acc_vs_deferral" not in rec.metrics   # a curve's last point is no final figure
 
 
