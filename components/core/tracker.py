@@ -182,6 +182,15 @@ def _local_artifact_root(uri: str) -> str | None:
     return (db.parent / "artifacts").resolve().as_uri() if db is not None else None
 
 
+def experiment_artifact_location(uri: str, name: str) -> str | None:
+    """Where a new experiment ``name`` of the store ``uri`` keeps its artifacts: beside a SQLite
+    store's database; None (the server's own root) for any other store. Every experiment dtlab
+    creates passes this: MLflow's default is ``./mlruns`` under whatever directory the process
+    runs in."""
+    root = _local_artifact_root(uri)
+    return f"{root}/{name}" if root else None
+
+
 class _Batch:
     """Metrics, params and tags queued for one run, written together."""
 
@@ -247,10 +256,9 @@ class Tracker:
         tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **({NOTE_TAG: description} if description else {})}
         exp = self.client.get_experiment_by_name(name)
         if exp is None:
-            root = _local_artifact_root(self.uri)
-            loc = f"{root}/{name}" if root else None
             try:
-                return self.client.create_experiment(name, artifact_location=loc, tags=tags)
+                return self.client.create_experiment(name, artifact_location=experiment_artifact_location(self.uri, name),
+                                                     tags=tags)
             except Exception:  # created concurrently by another job of a multirun
                 exp = self.client.get_experiment_by_name(name)
                 if exp is None:

@@ -14,7 +14,7 @@ import pytest
 
 from components.core.claims import ClaimOutcome
 from components.core.errors import ConfigError
-from components.core.tracker import tracking_client
+from components.core.tracker import experiment_artifact_location, tracking_client
 from pipelines import scoreboard as sb
 from pipelines.experiment import build_spec
 from tests.infra.svc import ROOT, dtlab_env
@@ -30,7 +30,8 @@ def fake_parent(client, exp: str, commit: str, claims: list[ClaimOutcome], *, mi
     """A parent run as dtlab's report stage leaves it: reproducibility tags and claims.json (and, when
     given, inputs.json with its hash tag, and claim_operands.json)."""
     e = client.get_experiment_by_name(exp)
-    exp_id = e.experiment_id if e else client.create_experiment(exp)
+    exp_id = e.experiment_id if e else client.create_experiment(
+        exp, artifact_location=experiment_artifact_location(client.tracking_uri, exp))   # not ./mlruns of the checkout
     tags = {"dtlab.kind": "parent", "experiment": exp, "family": "core", "git.commit": commit,
             "git.dirty": str(dirty).lower(), "debug": str(debug)}
     if robustness:
@@ -152,6 +153,8 @@ def test_html_table_plots_sparklines_and_mlflow_table(client, tmp_path):
     run = client.get_run(out["mlflow_run_id"])
     assert run.data.tags["dtlab.kind"] == "scoreboard"
     assert client.get_experiment(run.info.experiment_id).name == sb.SCOREBOARD_EXPERIMENT
+    # its files beside the store's database, never in ./mlruns of whatever directory dtlab ran from
+    assert run.info.artifact_uri.startswith((tmp_path / "artifacts").resolve().as_uri() + "/"), run.info.artifact_uri
     table = json.loads(open(client.download_artifacts(run.info.run_id, "scoreboard.json", str(tmp_path))).read())
     assert table["columns"][:3] == ["experiment", "family", "claim"]
     assert table["data"][0][:3] == [EXP, "core", "gain"] and "holds" in table["data"][0]
