@@ -487,11 +487,9 @@ def log_to_mlflow(client, rows: list[dict], html_path: Path | None, extra: list[
     from mlflow.entities import Metric
 
     from components.core.provenance import reproducibility_tags
-    from components.core.tracker import experiment_artifact_location
+    from components.core.tracker import ensure_experiment
 
-    exp = client.get_experiment_by_name(SCOREBOARD_EXPERIMENT)
-    exp_id = exp.experiment_id if exp else client.create_experiment(
-        SCOREBOARD_EXPERIMENT, artifact_location=experiment_artifact_location(client.tracking_uri, SCOREBOARD_EXPERIMENT))
+    exp_id = ensure_experiment(client, SCOREBOARD_EXPERIMENT)
     run = client.create_run(exp_id, run_name=f"scoreboard-{time.strftime('%Y%m%d-%H%M%S')}",
                             tags={"dtlab.kind": "scoreboard", **reproducibility_tags()})
     rid = run.info.run_id

@@ -182,13 +182,29 @@ def _local_artifact_root(uri: str) -> str | None:
     return (db.parent / "artifacts").resolve().as_uri() if db is not None else None
 
 
-def experiment_artifact_location(uri: str, name: str) -> str | None:
-    """Where a new experiment ``name`` of the store ``uri`` keeps its artifacts: beside a SQLite
-    store's database; None (the server's own root) for any other store. Every experiment dtlab
-    creates passes this: MLflow's default is ``./mlruns`` under whatever directory the process
-    runs in."""
-    root = _local_artifact_root(uri)
-    return f"{root}/{name}" if root else None
+def ensure_experiment(client, name: str, description: str | None = None) -> str:
+    """The id of experiment ``name`` in ``client``'s store, created (or restored) if need be; every
+    experiment dtlab creates goes through here. A new one keeps its artifacts beside a SQLite store's
+    database (MLflow's default is ``./mlruns`` under whatever directory the process runs in; None, the
+    server's own root, for any other store). It carries MLflow 3's experiment type
+    (``mlflow.experimentKind``: model development, not the GenAI view) and, when given, its
+    description (``mlflow.note.content``, what the UI shows on the experiment's page)."""
+    tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **({NOTE_TAG: description} if description else {})}
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        root = _local_artifact_root(client.tracking_uri)
+        try:
+            return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=tags)
+        except Exception:  # created concurrently by another job of a multirun
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if exp.lifecycle_stage == "deleted":
+        client.restore_experiment(exp.experiment_id)
+    for k, v in tags.items():   # experiments made before these tags, or a summary edited since
+        if exp.tags.get(k) != v:
+            client.set_experiment_tag(exp.experiment_id, k, v)
+    return exp.experiment_id
 
 
 class _Batch:
@@ -250,25 +266,8 @@ class Tracker:
             raise ConnectionError(f"MLflow tracking store {self.uri} is unreachable: {msg}") from None
 
     def experiment_id(self, name: str, description: str | None = None) -> str:
-        """The experiment's id, created (or restored) if need be, with MLflow 3's experiment type
-        (``mlflow.experimentKind``: model development, not the GenAI view) and, when given, its
-        description (``mlflow.note.content``, what the UI shows on the experiment's page)."""
-        tags = {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, **({NOTE_TAG: description} if description else {})}
-        exp = self.client.get_experiment_by_name(name)
-        if exp is None:
-            try:
-                return self.client.create_experiment(name, artifact_location=experiment_artifact_location(self.uri, name),
-                                                     tags=tags)
-            except Exception:  # created concurrently by another job of a multirun
-                exp = self.client.get_experiment_by_name(name)
-                if exp is None:
-                    raise
-        if exp.lifecycle_stage == "deleted":
-            self.client.restore_experiment(exp.experiment_id)
-        for k, v in tags.items():   # experiments made before these tags, or a summary edited since
-            if exp.tags.get(k) != v:
-                self.client.set_experiment_tag(exp.experiment_id, k, v)
-        return exp.experiment_id
+        """:func:`ensure_experiment` in this tracker's store."""
+        return ensure_experiment(self.client, name, description)
 
     def start_run(self, experiment_id: str, name: str, tags: Mapping[str, str] | None = None,
                   parent_id: str | None = None) -> str:
@@ -354,9 +353,9 @@ class Tracker:
         """Run ``fn(*args, **kwargs)`` on the writer, in order with the queued writes (e.g. drawing
         a run's plots); tracker calls made inside it are written at once, in order. Matplotlib is
         not thread-safe: draw either only in submitted functions or only in the caller's thread."""
-        self._put(None, "call", (fn, args, kwargs))
+        self.submit_for(None, fn, *args, **kwargs)
 
-    def submit_for(self, run_id: str, fn: Callable, *args, **kwargs) -> None:
+    def submit_for(self, run_id: str | None, fn: Callable, *args, **kwargs) -> None:
         """:meth:`submit` on behalf of ``run_id``: if ``fn`` raises, the error is recorded on that run,
         which then ends FAILED with it (as for a failed write)."""
         self._put(run_id, "call", (fn, args, kwargs))

@@ -14,7 +14,7 @@ import pytest
 
 from components.core.claims import ClaimOutcome
 from components.core.errors import ConfigError
-from components.core.tracker import experiment_artifact_location, tracking_client
+from components.core.tracker import ensure_experiment, tracking_client
 from pipelines import scoreboard as sb
 from pipelines.experiment import build_spec
 from tests.infra.svc import ROOT, dtlab_env
@@ -29,9 +29,7 @@ def fake_parent(client, exp: str, commit: str, claims: list[ClaimOutcome], *, mi
                 operands: dict | None = None) -> str:
     """A parent run as dtlab's report stage leaves it: reproducibility tags and claims.json (and, when
     given, inputs.json with its hash tag, and claim_operands.json)."""
-    e = client.get_experiment_by_name(exp)
-    exp_id = e.experiment_id if e else client.create_experiment(
-        exp, artifact_location=experiment_artifact_location(client.tracking_uri, exp))   # not ./mlruns of the checkout
+    exp_id = ensure_experiment(client, exp)   # its files beside the test's store, not in ./mlruns of the checkout
     tags = {"dtlab.kind": "parent", "experiment": exp, "family": "core", "git.commit": commit,
             "git.dirty": str(dirty).lower(), "debug": str(debug)}
     if robustness:
