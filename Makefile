@@ -34,8 +34,12 @@ demo: install
 	@echo "                (its token: $(VENV)/bin/ray get-auth-token); make ray-down stops it"
 	@echo "Compare runs:   $(VENV)/bin/dtlab compare    (every claim: dtlab scoreboard; off-tune: dtlab robustness experiment=NAME)"
 
+# Two pytest workers (pytest-xdist), one test file each at a time: most tests wait on processes (Ray start,
+# subprocess CLIs, services), so two share the 2 cores well. Each worker has its own Ray session and
+# MLflow store (tests/conftest.py); `make test TEST_WORKERS=0` runs the suite in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -m "not slow" --timeout=900 --durations=25 tests
+	$(PY) -m pytest -q -m "not slow" --timeout=900 --durations=25 -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: install
 	$(PY) -m pytest -q -m slow --timeout=3600 tests

@@ -1,4 +1,5 @@
-"""Shared fixtures: one Ray session and one MLflow store for the whole test run.
+"""Shared fixtures: one Ray session and one MLflow store per test process (`make test` runs two
+pytest-xdist workers, each with its own).
 
 ``run_experiment(name, *overrides)`` runs an experiment's debug flavour through the real DAG
 (prepare -> execute -> evaluate -> report) and returns the RunOutcome.
@@ -11,6 +12,19 @@ import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "token")  # the suite runs with Ray's token auth, as dtlab does
 os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+# No silent `ray.init()` from a first `.remote()` / `ray.get`: a test that uses Ray asks for `ray_session`.
+# Auto-init would otherwise start (or find) some other cluster, depending on which tests ran before it in
+# this process (under pytest-xdist each worker runs a different subset).
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
+
+
+def pytest_configure(config):
+    """The Ray token file, made once before any test starts Ray: under pytest-xdist two workers start
+    their sessions at about the same time, and neither should read the file while the other writes it."""
+    if not hasattr(config, "workerinput"):   # the controller (or the only process without xdist)
+        from components.core.raytools import ensure_token
+
+        ensure_token()
 
 
 @pytest.fixture(scope="session")

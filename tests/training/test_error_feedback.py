@@ -60,8 +60,9 @@ def test_cgd_within_its_rate_and_gd_matches_theory(ctx):
     assert g.metrics["bits_per_round"] == 32 * 20
 
 
-def test_ef21_converges_where_cgd_stalls_on_heterogeneous_agents(ctx):
-    """Distributed setting, run in-process here (n agents as local objects; Ray is tested end to end)."""
+def test_ef21_converges_where_cgd_stalls_on_heterogeneous_agents(ctx, ray_session):
+    """Distributed setting: with no node pool in the context, the technique starts its own n agent actors
+    (on the suite's Ray session; the experiment's node pool is tested end to end)."""
     base = {"problem": "dist_quadratic", "compressor": {"kind": "top_k", "ratio": 0.1}, "iters": 400, "tail": 100, "step": 0.3}
     ef21 = run_error_feedback(parse_params(EFParams, {**base, "method": "ef21"}), RunContext(inputs=ctx.inputs, nodes=None))
     cgd = run_error_feedback(parse_params(EFParams, {**base, "method": "cgd"}), RunContext(inputs=ctx.inputs, nodes=None))
