@@ -1,5 +1,5 @@
-"""Shared fixtures: one Ray session and one MLflow store per test process (`make test` runs two
-pytest-xdist workers, each with its own).
+"""Shared fixtures: one Ray session and one MLflow store per test process (one for `make test`; each
+pytest-xdist worker has its own under `make test TEST_WORKERS=2`).
 
 ``run_experiment(name, *overrides)`` runs an experiment's debug flavour through the real DAG
 (prepare -> execute -> evaluate -> report) and returns the RunOutcome.
