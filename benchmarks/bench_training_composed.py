@@ -11,6 +11,12 @@ approximation at a time switched off: ``duo_mecefo_exact`` (MeCeFO's takeover pa
 the no_sync accumulation under DUO), ``duo_mecefo_noskip`` (attention differentiated), ``duo_mecefo_nolowrank``
 (full-rank FFN weight gradients), each beside MeCeFO alone under the same approximations, and fp32 and DUO; per
 seed, with the excess of each DUO x MeCeFO loss gap to fp32 over the sum of the two alone.
+
+``--duo-mecefo-error [SEEDS]`` (issue 32 item 3, the cause) runs the same schedule's fp32, MeCeFO, DUO and DUO x
+MeCeFO in process (no Ray), and DUO and DUO x MeCeFO again with the fast path's error shuffled: the tentative
+update uses the exact mean gradient plus the 1-bit error permuted within each tensor, so the error keeps its size
+and values but no longer follows each coordinate's own gradient. Per seed, the excess over additive with the
+real error and with the shuffled one.
 """
 from __future__ import annotations
 
@@ -74,6 +80,72 @@ def probe(seeds: str, overrides: list[str]) -> None:
         print(f"seed {s}: " + " · ".join(cells))
 
 
+class ShuffledErrorDuo:
+    """DUO whose tentative update uses exact mean gradient + its own 1-bit error, permuted within each tensor
+    (the same permutation on every rank: one generator per seed and step). Built on first use so that this
+    module imports without torch."""
+
+    cls = None
+
+    @classmethod
+    def register(cls) -> str:
+        if cls.cls is None:
+            import torch
+
+            from components.core.registry import add
+            from components.training.ddp import world as comm
+            from components.training.duo.fast_slow import DuoStrategy
+
+            class _Shuffled(DuoStrategy):
+                def after_backward(self, step, lr):
+                    gen = torch.Generator().manual_seed(1_000_003 * self.cfg["seed"] + step)
+                    for p in self.module_params:   # p.grad holds the decoded fast-path mean (qbar)
+                        exact = self.cached[id(p)].clone()
+                        comm.all_reduce(exact, group=self.group)
+                        exact.div_(self.world)
+                        err = (p.grad - exact).reshape(-1)
+                        p.grad = exact + err[torch.randperm(err.numel(), generator=gen)].view_as(exact)
+                    super().after_backward(step, lr)
+
+            add("ddp_strategy", "duo_shuffled_error", _Shuffled,
+                "DUO with its fast-path error shuffled within each tensor (bench_training_composed.py control)")
+            cls.cls = _Shuffled
+        return "duo_shuffled_error"
+
+
+def error_probe(seeds: str, overrides: list[str]) -> None:
+    """fp32, MeCeFO, DUO and DUO x MeCeFO under the frequent schedule, in process, with DUO's real fast-path
+    error and with it shuffled (:class:`ShuffledErrorDuo`); final val loss per seed and the excess over additive."""
+    import ast
+    import time
+
+    from components.core.context import RunContext
+    from components.data.char_corpus import prepare_char_corpus
+    from components.training.ddp.technique import run_data_parallel
+    from pipelines import config, dag
+
+    spec = dag.validate(config.compose(["experiment=training_composed", *probe_overrides(seeds), *overrides]))
+    params = {v.name: v.params for v in spec.variants}
+    corpus = prepare_char_corpus(spec.entry("corpus").params, None)   # the experiment's own prepare step
+    shuffled = ShuffledErrorDuo.register()
+    runs = {"fp32": ("fp32", "fp32", "sync"), "mecefo": ("mecefo", "fp32", "sync"), "duo": ("duo", "duo", "duo"),
+            "duo_mecefo": ("duo_mecefo", "duo", "duo"), "duo shuffled": ("duo", "duo", shuffled),
+            "duo_mecefo shuffled": ("duo_mecefo", "duo", shuffled)}
+    print(f"## DUO x MeCeFO: the fast path's error, real and shuffled (frequent failures, {len(runs)} runs per seed)\n")
+    print("| seed | " + " | ".join(runs) + " | excess, real error | excess, shuffled error |")
+    print("|---|" + "---:|" * (len(runs) + 2))
+    for seed in ast.literal_eval(seeds):
+        loss = {}
+        for label, (variant, method, strategy) in runs.items():
+            t0 = time.perf_counter()
+            res = run_data_parallel(params[variant], RunContext(seed=seed, inputs={"corpus": corpus}), method, strategy)
+            loss[label] = res.metrics["final_val_loss"]
+            print(f"  seed {seed} {label}: {loss[label]:.4f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+        real = loss["duo_mecefo"] - loss["duo"] - loss["mecefo"] + loss["fp32"]
+        shuf = loss["duo_mecefo shuffled"] - loss["duo shuffled"] - loss["mecefo"] + loss["fp32"]
+        print(f"| {seed} | " + " | ".join(f"{loss[k]:.4f}" for k in runs) + f" | {real:+.4f} | {shuf:+.4f} |", flush=True)
+
+
 def main(overrides: list[str]) -> None:
     out, peak, wall = run_isolated("training_composed", *overrides)
     base = variant_metrics(out).get("fp32", {})
@@ -92,7 +164,10 @@ def main(overrides: list[str]) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args and args[0] == "--duo-mecefo":
+    if args and args[0] == "--duo-mecefo-error":
+        seeds = args[1] if len(args) > 1 and args[1].startswith("[") else "[2]"
+        error_probe(seeds, [a for a in args[1:] if a != seeds])
+    elif args and args[0] == "--duo-mecefo":
         seeds = args[1] if len(args) > 1 and args[1].startswith("[") else "[0,1,2]"
         probe(seeds, [a for a in args[1:] if a != seeds])
     else:
