@@ -36,8 +36,9 @@ demo: install
 
 # TEST_WORKERS=2 runs two pytest-xdist workers, one test file each at a time, each with its own Ray session and
 # MLflow store (tests/conftest.py): pytest 529-581 s against 626 s in one process, on one host in one day. It is
-# not the default: two of five such runs hung in tests/training/test_error_feedback.py, where the worker's driver
-# never received the ALIVE notice of four fresh actors that Ray's GCS logged as created (not seen in one process).
+# not the default: three of six such runs hung in tests/training/test_error_feedback.py, where the worker's driver
+# never received the ALIVE notice of four fresh actors: the GCS's long-poll thread stalled for minutes after a
+# Serve app's replicas were force-killed in the same session (Ray 2.60; not seen in one process).
 TEST_WORKERS ?= 0
 test: install
 	$(PY) -m pytest -q -m "not slow" --timeout=900 --durations=25 -n $(TEST_WORKERS) --dist loadfile tests
