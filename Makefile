@@ -35,7 +35,7 @@ demo: install
 	@echo "Compare runs:   $(VENV)/bin/dtlab compare    (every claim: dtlab scoreboard; off-tune: dtlab robustness experiment=NAME)"
 
 # TEST_WORKERS=2 runs two pytest-xdist workers, one test file each at a time, each with its own Ray session and
-# MLflow store (tests/conftest.py): pytest 529-581 s against 626 s in one process, on one host in one day. It is
+# MLflow store (tests/conftest.py): pytest 529-635 s against 626 s in one process, on one host in one day. It is
 # not the default: three of six such runs hung in tests/training/test_error_feedback.py, where the worker's driver
 # never received the ALIVE notice of four fresh actors: the GCS's long-poll thread stalled for minutes after a
 # Serve app's replicas were force-killed in the same session (Ray 2.60; not seen in one process).

@@ -80,42 +80,41 @@ def probe(seeds: str, overrides: list[str]) -> None:
         print(f"seed {s}: " + " · ".join(cells))
 
 
-class ShuffledErrorDuo:
-    """DUO whose tentative update uses exact mean gradient + its own 1-bit error, permuted within each tensor
-    (the same permutation on every rank: one generator per seed and step). Built on first use so that this
-    module imports without torch."""
+SHUFFLED = "duo_shuffled_error"
 
-    cls = None
 
-    @classmethod
-    def register(cls) -> str:
-        if cls.cls is None:
-            import torch
+def register_shuffled_error_duo() -> str:
+    """Register (once, at run time: a benchmark-only strategy) and name :data:`SHUFFLED`: DUO whose tentative
+    update uses the exact mean gradient plus its own 1-bit error permuted within each tensor, the same
+    permutation on every rank (one generator per seed and step). torch is imported here, not at module import."""
+    import torch
 
-            from components.core.registry import add
-            from components.training.ddp import world as comm
-            from components.training.duo.fast_slow import DuoStrategy
+    from components.core import registry
+    from components.training.ddp import world as comm
+    from components.training.duo.fast_slow import DuoStrategy
 
-            class _Shuffled(DuoStrategy):
-                def after_backward(self, step, lr):
-                    gen = torch.Generator().manual_seed(1_000_003 * self.cfg["seed"] + step)
-                    for p in self.module_params:   # p.grad holds the decoded fast-path mean (qbar)
-                        exact = self.cached[id(p)].clone()
-                        comm.all_reduce(exact, group=self.group)
-                        exact.div_(self.world)
-                        err = (p.grad - exact).reshape(-1)
-                        p.grad = exact + err[torch.randperm(err.numel(), generator=gen)].view_as(exact)
-                    super().after_backward(step, lr)
+    if SHUFFLED in registry.names("ddp_strategy"):
+        return SHUFFLED
 
-            add("ddp_strategy", "duo_shuffled_error", _Shuffled,
-                "DUO with its fast-path error shuffled within each tensor (bench_training_composed.py control)")
-            cls.cls = _Shuffled
-        return "duo_shuffled_error"
+    class ShuffledErrorDuo(DuoStrategy):
+        def after_backward(self, step, lr):
+            gen = torch.Generator().manual_seed(1_000_003 * self.cfg["seed"] + step)
+            for p in self.module_params:   # p.grad holds the decoded fast-path mean (qbar)
+                exact = self.cached[id(p)].clone()
+                comm.all_reduce(exact, group=self.group)
+                exact.div_(self.world)
+                err = (p.grad - exact).reshape(-1)
+                p.grad = exact + err[torch.randperm(err.numel(), generator=gen)].view_as(exact)
+            super().after_backward(step, lr)
+
+    registry.add("ddp_strategy", SHUFFLED, ShuffledErrorDuo,
+                 "DUO with its fast-path error shuffled within each tensor (bench_training_composed.py control)")
+    return SHUFFLED
 
 
 def error_probe(seeds: str, overrides: list[str]) -> None:
     """fp32, MeCeFO, DUO and DUO x MeCeFO under the frequent schedule, in process, with DUO's real fast-path
-    error and with it shuffled (:class:`ShuffledErrorDuo`); final val loss per seed and the excess over additive."""
+    error and with it shuffled (:func:`register_shuffled_error_duo`); final val loss per seed and the excess over additive."""
     import ast
     import time
 
@@ -127,7 +126,7 @@ def error_probe(seeds: str, overrides: list[str]) -> None:
     spec = dag.validate(config.compose(["experiment=training_composed", *probe_overrides(seeds), *overrides]))
     params = {v.name: v.params for v in spec.variants}
     corpus = prepare_char_corpus(spec.entry("corpus").params, None)   # the experiment's own prepare step
-    shuffled = ShuffledErrorDuo.register()
+    shuffled = register_shuffled_error_duo()
     runs = {"fp32": ("fp32", "fp32", "sync"), "mecefo": ("mecefo", "fp32", "sync"), "duo": ("duo", "duo", "duo"),
             "duo_mecefo": ("duo_mecefo", "duo", "duo"), "duo shuffled": ("duo", "duo", shuffled),
             "duo_mecefo shuffled": ("duo_mecefo", "duo", shuffled)}
