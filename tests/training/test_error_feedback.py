@@ -70,6 +70,40 @@ def test_ef21_converges_where_cgd_stalls_on_heterogeneous_agents(ctx, ray_sessio
     assert cgd.metrics["tail_grad_norm"] >= 0.1 * cgd.metrics["heterogeneity"]
 
 
+
+def test_agents_it_started_are_killed_when_the_run_raises(ctx, ray_session, monkeypatch):
+    """A distributed run that raises mid-way (here its progress reporter) kills the agent actors it
+    started, instead of leaving them to the end of the Ray session."""
+    import ray
+
+    from components.training.error_feedback import technique as T
+
+    # Prepare: record the actors the technique starts; a reporter that fails on its first report
+    started, start = [], T.start_nodes
+
+    def start_and_record(*args, **kwargs):
+        started.extend(start(*args, **kwargs))
+        return started
+
+    monkeypatch.setattr(T, "start_nodes", start_and_record)
+
+    def failing_reporter(*_):
+        raise RuntimeError("reporter down")
+
+    params = parse_params(EFParams, {"problem": "dist_quadratic", "method": "ef21", "iters": 50, "tail": 10, "step": 0.3})
+    run_ctx = RunContext(inputs=ctx.inputs, nodes=None, reporter=failing_reporter, min_interval_s=0.0)
+
+    # Execute
+    with pytest.raises(RuntimeError, match="reporter down"):
+        run_error_feedback(params, run_ctx)
+
+    # Assert: every agent it started is dead
+    assert started
+    for node in started:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(node.keys.remote(), timeout=30)
+
+
 def test_problem_set_is_drawn_from_the_seed(ctx):
     """A seeded step: the random quadratics change with ctx.seed, the load_digits problems do not."""
     small = ProblemSetParams(quad_dim=20, quad_kappa=4.0, dist_dim=30)

@@ -2,6 +2,7 @@
 theory check `ef_theory_grid`; the problem set is the prepare step `ef_problems` (prepare.py)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,23 @@ def _validate(p: EFParams, exp: dict) -> None:
         raise ConfigError("step", None, "an explicit step in the distributed setting (the tight step is single-agent)")
 
 
+@contextlib.contextmanager
+def _agent_nodes(ctx, n: int, cpus: float):
+    """The experiment's node pool when it has ``n`` nodes; else ``n`` agent actors started here and
+    killed on the way out, whether the run finished or raised."""
+    if ctx.nodes and len(ctx.nodes) >= n:
+        yield ctx.nodes
+        return
+    nodes = start_nodes(n, cpus, "ef-agent")
+    try:
+        yield nodes
+    finally:
+        import ray
+
+        for node in nodes:
+            ray.kill(node)
+
+
 @technique("error_feedback", family="training", params=EFParams, validate=_validate, inputs=("problems",),
            summary="GD / compressed GD / EF / EF21 with contractive compressors; one agent or n Ray actors; "
                    "tight rates and Lyapunov ratios checked per step (arXiv 2506.05271).")
@@ -77,60 +95,54 @@ def run_error_feedback(p: EFParams, ctx) -> Result:
     link = Link.from_config(p.link)
 
     factories = [(Agent, f, p.method, p.compressor, step, ctx.seed * 1000 + i) for i, f in enumerate(parts)]
-    nodes = None
-    if distributed:
-        nodes = ctx.nodes if ctx.nodes and len(ctx.nodes) >= len(parts) else start_nodes(len(parts), p.actor_cpus, "ef-agent")
-    agents = RemoteObjects(ctx.host_key(), factories, nodes)
-    call = agents.call
+    # agent actors started here end with the run, a failed one too
+    with (_agent_nodes(ctx, len(parts), p.actor_cpus) if distributed else contextlib.nullcontext()) as nodes:
+        agents = RemoteObjects(ctx.host_key(), factories, nodes)
+        call = agents.call
 
-    x0 = np.zeros(d)
-    server = Server(p.method, step, x0)
-    bits_up = bits_down = 0
-    sim_s = 0.0
-    dense_bytes = d * 4
-    starts = call("start", x0)
-    if p.method == "ef21":
-        server.start([m for m, _ in starts])
-        bits_up += sum(b for _, b in starts)
-        sim_s += link.star_gather_s([b / 8 for _, b in starts]) + link.broadcast_s(dense_bytes, len(parts))
+        x0 = np.zeros(d)
+        server = Server(p.method, step, x0)
+        bits_up = bits_down = 0
+        sim_s = 0.0
+        dense_bytes = d * 4
+        starts = call("start", x0)
+        if p.method == "ef21":
+            server.start([m for m, _ in starts])
+            bits_up += sum(b for _, b in starts)
+            sim_s += link.star_gather_s([b / 8 for _, b in starts]) + link.broadcast_s(dense_bytes, len(parts))
 
-    grad_sq, bits_cum, lyap, gaps = [], [], [], []
-    x = server.x.copy() if p.method == "ef21" else x0.copy()
-    iters_to_tol = math.nan
-    t0 = time.perf_counter()
-    k = 0
-    for k in range(p.iters):
-        if strongly_convex and p.method == "ef":  # EF's state (x_k, e_k) is read before the round
-            lyap.append(theory.lyapunov_ef(x, agents.local[0].e, prob.x_star, eps))
-        out = call("round", x)
-        msgs = [m for m, _, _ in out]
-        g_full = np.mean([g for _, _, g in out], axis=0)
-        gn = float(g_full @ g_full)
-        grad_sq.append(gn)
-        if math.isnan(iters_to_tol) and math.sqrt(gn) <= p.tol_grad_norm:
-            iters_to_tol = k
-        if strongly_convex and p.method == "ef21":  # EF21's state (x_k, d_k) after d is updated at x_k
-            lyap.append(theory.lyapunov_ef21(g_full, agents.local[0].g, eps))
-        elif strongly_convex and p.method in ("gd", "cgd"):
-            gaps.append(prob.gap(x))
-        round_bits = sum(b for _, b, _ in out)
-        bits_up += round_bits
-        bits_down += len(parts) * d * 32
-        sim_s += link.star_gather_s([b / 8 for _, b, _ in out]) + link.broadcast_s(dense_bytes, len(parts))
-        bits_cum.append(bits_up)
-        x = server.apply(msgs)
-        if not np.all(np.isfinite(x)) or gn > 1e300:
-            break
-        if gn < p.stop_grad_norm_sq:
-            break
-        ctx.progress(k + 1, p.iters, grad_norm_sq=gn)
-    wall = time.perf_counter() - t0
-    agents.close()
-    if distributed and nodes is not ctx.nodes:
-        import ray
-
-        for node in nodes:
-            ray.kill(node)
+        grad_sq, bits_cum, lyap, gaps = [], [], [], []
+        x = server.x.copy() if p.method == "ef21" else x0.copy()
+        iters_to_tol = math.nan
+        t0 = time.perf_counter()
+        k = 0
+        for k in range(p.iters):
+            if strongly_convex and p.method == "ef":  # EF's state (x_k, e_k) is read before the round
+                lyap.append(theory.lyapunov_ef(x, agents.local[0].e, prob.x_star, eps))
+            out = call("round", x)
+            msgs = [m for m, _, _ in out]
+            g_full = np.mean([g for _, _, g in out], axis=0)
+            gn = float(g_full @ g_full)
+            grad_sq.append(gn)
+            if math.isnan(iters_to_tol) and math.sqrt(gn) <= p.tol_grad_norm:
+                iters_to_tol = k
+            if strongly_convex and p.method == "ef21":  # EF21's state (x_k, d_k) after d is updated at x_k
+                lyap.append(theory.lyapunov_ef21(g_full, agents.local[0].g, eps))
+            elif strongly_convex and p.method in ("gd", "cgd"):
+                gaps.append(prob.gap(x))
+            round_bits = sum(b for _, b, _ in out)
+            bits_up += round_bits
+            bits_down += len(parts) * d * 32
+            sim_s += link.star_gather_s([b / 8 for _, b, _ in out]) + link.broadcast_s(dense_bytes, len(parts))
+            bits_cum.append(bits_up)
+            x = server.apply(msgs)
+            if not np.all(np.isfinite(x)) or gn > 1e300:
+                break
+            if gn < p.stop_grad_norm_sq:
+                break
+            ctx.progress(k + 1, p.iters, grad_norm_sq=gn)
+        wall = time.perf_counter() - t0
+        agents.close()
 
     n_done = len(grad_sq)
     tail = grad_sq[-min(p.tail, n_done):]
