@@ -537,9 +537,13 @@ def cmd_reproduce(args: list[str]) -> None:
                           + (f" ({j.latest.info.run_id[:8]}, {_date(j.latest)})" if not j.why and j.latest else "")
                           + (": " + ", ".join(j.why) if j.why else "") + (f" [yellow]({j.note})[/]" if j.note else ""))
         return
-    from pipelines.results_md import machine_text
+    from pipelines.results_md import machine_speed, machine_text
 
-    machine = machine_text() if not remote else reproduce_cluster.machine(address, machine_text())
+    # the speed: measured before the first full job, on the idle machine (a cluster's jobs run elsewhere)
+    if remote:
+        machine = reproduce_cluster.machine(address, machine_text())
+    else:
+        machine = machine_text(machine_speed() if todo and opts["flavour"] == "full" else None)
     passthrough = [o for o in opts["overrides"]]
     log_dir = Path(cfg["runs_dir"]) / "reproduce" / "logs"
     interrupted, failed = False, []

@@ -95,13 +95,14 @@ def duration(s: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def machine_text() -> str:
+def machine_text(speed: float | None = None) -> str:
     """This machine: CPU model and the vector ISA torch's CPU kernels use, cores, memory, GPU (what
     reproduce records on every run it makes). The ISA matters: the same code and seed give the same
     figures bit for bit on one machine, and different last bits, so different trajectories, on a CPU
     whose kernels block their sums differently (seen here: duo's loss ratios moved in the third digit
     between the board's earlier host and this one, while the old and the new code give the same bits
-    on this one)."""
+    on this one). ``speed``: :func:`machine_speed`, appended when measured (hosts that all read
+    "AMD EPYC (AVX512) · 2 cores" here have run the same code 1.3-2.7x apart)."""
     import psutil
 
     gpu, isa = "no GPU", ""
@@ -114,7 +115,48 @@ def machine_text() -> str:
     except Exception:  # noqa: BLE001 - no torch or no driver: no GPU to name
         pass
     cpu = _cpu_model() + (f" ({isa})" if isa else "")
-    return f"{cpu} · {os.cpu_count()} cores · {psutil.virtual_memory().total / 2 ** 30:.0f} GiB · {gpu}"
+    text = f"{cpu} · {os.cpu_count()} cores · {psutil.virtual_memory().total / 2 ** 30:.0f} GiB · {gpu}"
+    return text + (f" · {speed:.0f} {SPEED_UNIT}" if speed else "")
+
+
+SPEED_UNIT = "small-GPT steps/s on one core"
+
+
+def machine_speed(seconds: float = 1.5, seed: int = 0) -> float:
+    """This machine's speed at the board's typical work: training steps per CPU-second (thread
+    time, one torch thread) of the shared small GPT (2 layers, d 64, context 64, batch 16: duo's
+    model and batch), forward, backward and AdamW. RESULTS.md names it beside the machine, so wall
+    times from two hosts that print the same CPU model can be told apart from a change in the code.
+    Timed with components.core.timing (thread clock) for about ``seconds`` after 3 warm-up steps."""
+    import torch
+
+    from components.core.timing import timed
+    from components.models.gpt import GPT, SIZES, GPTConfig
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        gen = torch.Generator().manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=96, **SIZES["small"]))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = torch.randint(0, 96, (16, 64), generator=gen)
+        y = torch.randint(0, 96, (16, 64), generator=gen)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            model(x, y)[1].backward()
+            opt.step()
+
+        for _ in range(3):
+            step()
+        steps, total = 0, 0.0
+        while steps < 5 or (total < seconds and steps < 10_000):
+            with timed("thread") as t:
+                step()
+            steps, total = steps + 1, total + t.s
+        return steps / total
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _cpu_model() -> str:

@@ -651,3 +651,17 @@ def test_a_run_records_its_flavour_subset_and_the_inputs_reproduce_computes(run_
     from components.core.runs_query import off_board
 
     assert off_board(run) == "debug" and off_board(run, "debug") == "only=a,b"
+
+
+def test_the_machine_line_names_its_measured_speed():
+    """reproduce names the host's speed beside its description: hosts that print the same CPU model
+    have run the same code 1.3-2.7x apart, and a board's wall times mean little without it."""
+    from pipelines.results_md import SPEED_UNIT, machine_speed, machine_text
+
+    # Execute: a short measurement, and the line with and without it
+    speed = machine_speed(seconds=0.05)
+    line, bare = machine_text(speed), machine_text()
+
+    # Assert
+    assert 0 < speed < float("inf")
+    assert line == f"{bare} · {speed:.0f} {SPEED_UNIT}"
