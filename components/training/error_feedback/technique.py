@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +15,7 @@ from components.core.netsim import Link
 from components.core.plotting import fig_png, figure
 from components.core.raytools import RemoteObjects, start_nodes
 from components.core.registry import technique
+from components.core.timing import timed
 from components.core.result import Result
 from components.training.error_feedback import theory
 from components.training.error_feedback.agents import Agent, Server
@@ -114,34 +114,33 @@ def run_error_feedback(p: EFParams, ctx) -> Result:
         grad_sq, bits_cum, lyap, gaps = [], [], [], []
         x = server.x.copy() if p.method == "ef21" else x0.copy()
         iters_to_tol = math.nan
-        t0 = time.perf_counter()
         k = 0
-        for k in range(p.iters):
-            if strongly_convex and p.method == "ef":  # EF's state (x_k, e_k) is read before the round
-                lyap.append(theory.lyapunov_ef(x, agents.local[0].e, prob.x_star, eps))
-            out = call("round", x)
-            msgs = [m for m, _, _ in out]
-            g_full = np.mean([g for _, _, g in out], axis=0)
-            gn = float(g_full @ g_full)
-            grad_sq.append(gn)
-            if math.isnan(iters_to_tol) and math.sqrt(gn) <= p.tol_grad_norm:
-                iters_to_tol = k
-            if strongly_convex and p.method == "ef21":  # EF21's state (x_k, d_k) after d is updated at x_k
-                lyap.append(theory.lyapunov_ef21(g_full, agents.local[0].g, eps))
-            elif strongly_convex and p.method in ("gd", "cgd"):
-                gaps.append(prob.gap(x))
-            round_bits = sum(b for _, b, _ in out)
-            bits_up += round_bits
-            bits_down += len(parts) * d * 32
-            sim_s += link.star_gather_s([b / 8 for _, b, _ in out]) + link.broadcast_s(dense_bytes, len(parts))
-            bits_cum.append(bits_up)
-            x = server.apply(msgs)
-            if not np.all(np.isfinite(x)) or gn > 1e300:
-                break
-            if gn < p.stop_grad_norm_sq:
-                break
-            ctx.progress(k + 1, p.iters, grad_norm_sq=gn)
-        wall = time.perf_counter() - t0
+        with timed("wall") as wall:   # rounds_per_s: the agents' rounds span processes
+            for k in range(p.iters):
+                if strongly_convex and p.method == "ef":  # EF's state (x_k, e_k) is read before the round
+                    lyap.append(theory.lyapunov_ef(x, agents.local[0].e, prob.x_star, eps))
+                out = call("round", x)
+                msgs = [m for m, _, _ in out]
+                g_full = np.mean([g for _, _, g in out], axis=0)
+                gn = float(g_full @ g_full)
+                grad_sq.append(gn)
+                if math.isnan(iters_to_tol) and math.sqrt(gn) <= p.tol_grad_norm:
+                    iters_to_tol = k
+                if strongly_convex and p.method == "ef21":  # EF21's state (x_k, d_k) after d is updated at x_k
+                    lyap.append(theory.lyapunov_ef21(g_full, agents.local[0].g, eps))
+                elif strongly_convex and p.method in ("gd", "cgd"):
+                    gaps.append(prob.gap(x))
+                round_bits = sum(b for _, b, _ in out)
+                bits_up += round_bits
+                bits_down += len(parts) * d * 32
+                sim_s += link.star_gather_s([b / 8 for _, b, _ in out]) + link.broadcast_s(dense_bytes, len(parts))
+                bits_cum.append(bits_up)
+                x = server.apply(msgs)
+                if not np.all(np.isfinite(x)) or gn > 1e300:
+                    break
+                if gn < p.stop_grad_norm_sq:
+                    break
+                ctx.progress(k + 1, p.iters, grad_norm_sq=gn)
         agents.close()
 
     n_done = len(grad_sq)
@@ -150,7 +149,7 @@ def run_error_feedback(p: EFParams, ctx) -> Result:
         "final_grad_norm_sq": grad_sq[-1], "tail_grad_norm": float(np.mean(np.sqrt(tail))),
         "iters": n_done, "iters_to_tol": iters_to_tol, "bits_sent": bits_up, "bits_down": bits_down,
         "bits_per_round": bits_up / max(n_done, 1), "sim_comm_s": sim_s, "step": step, "eps": eps,
-        "L": L, "mu": mu, "rounds_per_s": n_done / max(wall, 1e-9), "diverged": float(not np.isfinite(grad_sq[-1]) or grad_sq[-1] > 1e300),
+        "L": L, "mu": mu, "rounds_per_s": n_done / max(wall.s, 1e-9), "diverged": float(not np.isfinite(grad_sq[-1]) or grad_sq[-1] > 1e300),
     }
     if distributed:
         metrics["heterogeneity"] = prob.heterogeneity()
