@@ -231,6 +231,33 @@ def test_paraphrase_recall_counts_same_meaning_pairs_at_the_threshold():
     assert split["paraphrase_recall_explicit"] == 1.0
 
 
+def test_separable_recall_keeps_only_pairs_above_every_cross_meaning_pair_of_their_kind():
+    # Prepare: one vector per meaning, then one follow-up of attribute b leans towards attribute a's
+    # follow-ups: cosine 0.8 to them (a different meaning), 0.6 to its own paraphrases
+    kb = make_kb(KBParams(n_entities=4, n_attrs=2))
+    meanings = query_meanings(kb)
+    keys = sorted(set(meanings.values()), key=str)
+    eye = np.eye(len(keys), dtype=np.float32)
+    emb = {t: eye[keys.index(m)] for t, m in meanings.items()}
+    a, b = kb.attrs
+    leaning = sorted(t for t, m in meanings.items() if m == (None, b))[0]
+    emb[leaning] = 0.8 * eye[keys.index((None, a))] + 0.6 * eye[keys.index((None, b))]
+    # Execute
+    out = paraphrase_recall(kb, emb, tau=0.9)
+    # Assert
+    per = {attr: sum(1 for m in meanings.values() if m == (None, attr)) for attr in (a, b)}
+    pairs = sum(n * (n - 1) // 2 for n in per.values())
+    assert out["cross_meaning_max_followup"] == pytest.approx(0.8)
+    assert out["cross_meaning_max_explicit"] == 0.0
+    assert out["cross_meaning_max"] == pytest.approx(0.8)
+    lost = per[b] - 1                                       # the leaning text's pairs with its paraphrases (0.6)
+    assert out["paraphrase_recall_separable_followup"] == pytest.approx(1 - lost / pairs)
+    assert out["paraphrase_recall_followup"] == pytest.approx(1 - lost / pairs)
+    assert out["paraphrase_recall_separable_explicit"] == 1.0
+    # a kind is separable at 90% recall only if its 10th-percentile pair scores above its cross maximum
+    assert (out["paraphrase_sim_p10_followup"] > out["cross_meaning_max_followup"]) == (lost / pairs < 0.1)
+
+
 def test_miss_ledger_tells_cold_paraphrase_branch_and_detection_misses_apart():
     # Prepare: a forest driven by hand; E is asked attribute a0 then a1 by four sessions
     e, a0, a1 = "Zorvan", "colour", "size"

@@ -1,6 +1,8 @@
 """The tiny LM over the block pool: prefill only the tokens a block table does not hold, decode an
 answer, measure rho (attention mass of the query onto the history) for topic-shift detection, and
-count computed tokens (``Usage``) so reuse shows up as skipped prefill.
+count computed tokens (``Usage``) so reuse shows up as skipped prefill. Prefill and decode run under
+``torch.inference_mode`` (no autograd bookkeeping per token: 1.31 against 1.50 ms of CPU per turn with
+``no_grad`` on the experiment's 2-layer d64 LM, a 20-token prefill and 3 decoded tokens).
 
 rho: with forward hooks on the last ``k`` attention layers, the query tokens' attention
 probabilities are recomputed from the layer input and the cached keys (same weights, same causal
@@ -29,7 +31,7 @@ class Engine:
         self.rho_layers = max(1, min(rho_layers, model.cfg.n_layer))
         self.rho_last_only = rho_last_only
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def prefill(self, cache: KVCache, tokens: list[int], want_rho: bool = False) -> tuple[torch.Tensor, float]:
         """Run ``tokens`` on top of ``cache`` (extended in place); last logits and rho (nan if not asked)."""
         past = cache.length
@@ -71,7 +73,7 @@ class Engine:
         hist = m[:, 1:past].sum(-1)
         return (hist / m[:, 1:].sum(-1).clamp_min(1e-12)).mean()
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def decode(self, cache: KVCache, logits: torch.Tensor, max_new: int = 3) -> list[int]:
         """Greedy answer tokens up to and including '.'; the cache ends holding all of them."""
         out: list[int] = []

@@ -4,9 +4,13 @@ repeats at the forest's threshold (issue 32 item 7: the premise behind SmartCach
 - :func:`paraphrase_recall`: over pairs of distinct query texts that ask the same thing
   (:func:`~components.data.conversations.query_meanings`), the share whose cosine reaches ``tau``,
   for explicit questions and pronoun follow-ups apart; and the highest cosine between texts that ask
-  different things but which the entity guard cannot tell apart (the same capitalised words). A
-  semantic cache presumes the first near 1 and the second below ``tau``; the paper's data (CoQA,
-  SQuAD: natural text) is where it was shown.
+  different things but which the entity guard cannot tell apart (the same capitalised words), overall
+  and per kind. A semantic cache presumes the first near 1 and the second below ``tau``; the paper's
+  data (CoQA, SQuAD: natural text) is where it was shown. Whether any one threshold can do both for a
+  kind reads off two of these figures: ``paraphrase_sim_p10_{kind}`` (the threshold at which 90% of its
+  same-meaning pairs match) above ``cross_meaning_max_{kind}`` (where a different-meaning pair starts
+  to match); ``paraphrase_recall_separable_{kind}`` is the recall at the lowest threshold that still
+  keeps every different-meaning pair of the kind apart.
 - :class:`MissLedger`: each turn of a forest cache, by the conversation path it asks (the
   ``(entity, attribute)`` pairs since its session's last topic start, ground truth):
   ``cold``: no earlier turn asked this path, so no cache could hit; ``paraphrase``: an entry for the
@@ -27,13 +31,15 @@ from components.serving.smartcache.forest import Forest, entities
 def paraphrase_recall(kb: KB, emb: dict, tau: float) -> dict:
     """``paraphrase_recall_explicit`` / ``_followup``: same-meaning pairs at cosine >= tau;
     ``paraphrase_sim_p10_*``: their 10th-percentile cosine; ``cross_meaning_max``: the highest cosine
-    of a different-meaning pair with the same entities (what only the threshold can separate)."""
+    of a different-meaning pair with the same entities (what only the threshold can separate), and
+    ``cross_meaning_max_*`` per kind; ``paraphrase_recall_separable_*``: same-meaning pairs scoring
+    above the kind's ``cross_meaning_max_*`` (the best recall of a threshold with no cross-meaning match)."""
     meanings = query_meanings(kb)
     groups: dict[frozenset, list[str]] = {}
     for text in meanings:
         groups.setdefault(entities(text), []).append(text)
     same = {"explicit": [], "followup": []}
-    cross = -1.0
+    cross = {"explicit": -1.0, "followup": -1.0}
     for texts in groups.values():
         e = np.stack([emb[t] for t in texts])
         sim = e @ e.T
@@ -44,13 +50,15 @@ def paraphrase_recall(kb: KB, emb: dict, tau: float) -> dict:
         kind = "followup" if m[0][0] is None else "explicit"
         same[kind] += s[alike].tolist()
         if (~alike).any():
-            cross = max(cross, float(s[~alike].max()))
-    out = {"cross_meaning_max": cross}
+            cross[kind] = max(cross[kind], float(s[~alike].max()))
+    out = {"cross_meaning_max": max(cross.values())}
     for kind, s in same.items():
         if s:
             a = np.asarray(s)
             out[f"paraphrase_recall_{kind}"] = float((a >= tau).mean())
             out[f"paraphrase_sim_p10_{kind}"] = float(np.quantile(a, 0.1))
+            out[f"cross_meaning_max_{kind}"] = cross[kind]
+            out[f"paraphrase_recall_separable_{kind}"] = float((a > cross[kind]).mean())
     return out
 
 
