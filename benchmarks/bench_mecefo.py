@@ -8,6 +8,12 @@ Run: .venv/bin/python benchmarks/bench_mecefo.py [overrides ...]   (debug=true: 
      .venv/bin/python benchmarks/bench_mecefo.py --basis-probe [steps]
      (no Ray: the experiment's GPT trained fault-free for ``steps`` (300), then the FFN weight gradient of
      8 micro-batches under each low-rank basis against the exact one: cosine and norm ratio, means)
+     .venv/bin/python benchmarks/bench_mecefo.py --attention-share
+     (no Ray, no training: the premise of the overloaded-step claim, issue 32 item 1. The attention's
+     share of a micro-batch's forward+backward FLOPs, backward only (what skipping it in backward can
+     save), in the paper's LLaMA models against the experiment's timing model, whose measured share is
+     1 - time_ratio_skip on the board. Backward counts as twice the forward of every layer; causal
+     attention scores count half the square.)
 """
 from __future__ import annotations
 
@@ -52,6 +58,44 @@ def main(overrides: list[str]) -> None:
     claims_table(out)
 
 
+# The paper's LLaMA sizes (350M, 1B and 7B on C4), in the standard LLaMA shapes (SwiGLU FFN width f; the
+# 350M and 1B shapes of the C4 pre-training setups that report those sizes); its sequence length is not in the
+# text we can read, so both ends of the usual range are shown.
+PAPER_MODELS = {"LLaMA-350M": (24, 1024, 2736), "LLaMA-1B": (24, 2048, 5461), "LLaMA-7B": (32, 4096, 11008)}
+PAPER_VOCAB, PAPER_SEQS = 32000, (256, 2048)
+
+
+def attention_bwd_share(n_layer: int, d: int, ffn_flops_per_token: float, seq: int, vocab: int) -> tuple[float, float]:
+    """(attention's share of the forward FLOPs, attention's backward share of forward+backward FLOPs) per token:
+    q/k/v/o projections 8 d^2, causal scores and weighted sum 2 seq d, the FFN as given, the LM head 2 d V."""
+    attn = n_layer * (8 * d * d + 2 * seq * d)
+    fwd = attn + n_layer * ffn_flops_per_token + 2 * d * vocab
+    return attn / fwd, 2 * attn / (3 * fwd)
+
+
+def attention_share() -> None:
+    from pipelines.config import compose
+    from pipelines.dag import validate
+
+    spec = validate(compose(["experiment=mecefo"]))
+    t = next(p for p in spec.prepare if p.name == "timing").params
+    print("| model | sequence | attention / forward FLOPs | attention backward / (forward + backward) FLOPs |")
+    print("|---|---:|---:|---:|")
+    shares = []
+    for name, (layers, d, f) in PAPER_MODELS.items():
+        for seq in PAPER_SEQS:
+            fwd_share, bwd_share = attention_bwd_share(layers, d, 6 * d * f, seq, PAPER_VOCAB)   # SwiGLU: 3 d x f
+            shares.append(bwd_share)
+            print(f"| {name} | {seq} | {fwd_share:.3f} | {bwd_share:.3f} |")
+    from components.data.char_corpus import build_corpus
+
+    vocab = build_corpus().vocab_size
+    fwd_share, bwd_share = attention_bwd_share(t.n_layer, t.d_model, 16 * t.d_model ** 2, t.context, vocab)
+    print(f"| timing model ({t.n_layer}L/d{t.d_model}, GELU 4x) | {t.context} | {fwd_share:.3f} | {bwd_share:.3f} |")
+    print(f"\nthe paper's models span {min(shares):.3f}-{max(shares):.3f}; the timing model's measured share is "
+          "1 - time_ratio_skip (RESULTS.md, mecefo)")
+
+
 def basis_probe(steps: int = 300) -> None:
     """SVD basis (the paper) vs Gaussian sketch (the sheet) on a trained model's FFN weight gradients."""
     import numpy as np
@@ -80,7 +124,9 @@ def basis_probe(steps: int = 300) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--basis-probe"]:
+    if sys.argv[1:2] == ["--attention-share"]:
+        attention_share()
+    elif sys.argv[1:2] == ["--basis-probe"]:
         basis_probe(int(sys.argv[2]) if len(sys.argv) > 2 else 300)
     else:
         main(sys.argv[1:])

@@ -14,7 +14,11 @@ prepare pass (its wall "as run" adds the pass when it built something).
 issue's "profile before changing anything"): its platform stages (Ray start, prepare, execute, report)
 and its N slowest tasks, each a (variant, seed) run with its wall seconds, and the sum of task walls
 against the run's wall (their ratio is how many tasks ran at once). Robustness runs count: a
-perturbation is the same work on other inputs.
+perturbation is the same work on other inputs. It also splits the task seconds by what the
+experiment's claims read (:func:`claim_reads`): variants a gated claim's ``holds`` or ``premise``
+reads, variants only controls or ``measured`` figures read, and variants no claim reads; the last
+line says how long the gated tasks alone take at each run's packing (task seconds / tasks at once),
+the floor that only a smaller regime of the gated claims can lower.
 
 Run: .venv/bin/python benchmarks/bench_reproduce.py [RESULTS.md] [tracking.uri=...] [--profile[=N]]
 """
@@ -69,9 +73,9 @@ def results_rows(path: Path) -> dict[str, dict]:
 STAGES = ("ray_init_s", "prepare_s", "execute_s", "report_s", "tracking_wait_s", "teardown_s")
 
 
-def task_walls(client, run) -> list[tuple[str, float]]:
-    """[(task name, wall seconds)] of a parent's tasks, slowest first: its grandchildren (``variant@seed``
-    runs) where a variant has them, else the variant run itself."""
+def task_walls(client, run) -> list[tuple[str, float, str]]:
+    """[(task name, wall seconds, variant)] of a parent's tasks, slowest first: its grandchildren
+    (``variant@seed`` runs) where a variant has them, else the variant run itself."""
     from pipelines.results_md import run_wall
 
     def children(parent_id):
@@ -80,8 +84,33 @@ def task_walls(client, run) -> list[tuple[str, float]]:
 
     out = []
     for v in children(run.info.run_id):
-        out += [(r.info.run_name, run_wall(r) or 0.0) for r in children(v.info.run_id) or [v]]
+        out += [(r.info.run_name, run_wall(r) or 0.0, v.info.run_name) for r in children(v.info.run_id) or [v]]
     return sorted(out, key=lambda t: -t[1])
+
+
+READS = ("gated", "control", "unread")
+
+
+def claim_reads(name: str) -> dict[str, str]:
+    """{variant: gated | control | unread} for experiment ``name``'s full configuration: ``gated`` when a
+    gated claim's holds or premise reads it (in any cell), ``control`` when only a control claim or a
+    measured / premise_measured figure does, ``unread`` when no claim names it (table rows and plots)."""
+    from components.core.claims import referenced_variants, substitute
+    from pipelines.config import compose
+    from pipelines.dag import validate
+
+    spec = validate(compose([f"experiment={name}"]))
+    gated: set[str] = set()
+    shown: set[str] = set()
+    for c in spec.claims:
+        for cell, holds, measured in c.expressions():
+            decides = referenced_variants(holds) | (referenced_variants(substitute(c.premise, cell))
+                                                    if c.premise else set())
+            figures = (referenced_variants(measured) if measured else set()) | (
+                referenced_variants(substitute(c.premise_measured, cell)) if c.premise_measured else set())
+            (gated if c.gate else shown).update(decides)
+            shown.update(figures)
+    return {v.name: "gated" if v.name in gated else "control" if v.name in shown else "unread" for v in spec.variants}
 
 
 def profile(client, top: int) -> None:
@@ -89,18 +118,32 @@ def profile(client, top: int) -> None:
     from components.core.runs_query import off_board, parent_history, robustness_label
     from pipelines.results_md import duration, run_wall
 
-    print(f"| experiment | run | wall | {' | '.join(s[:-2] for s in STAGES)} | tasks: sum / wall | slowest {top} tasks |")
-    print("|---|---|---:|" + "---:|" * len(STAGES) + "---:|---|")
+    from pipelines.config import experiment_names
+
+    print(f"| experiment | run | wall | {' | '.join(s[:-2] for s in STAGES)} | tasks: sum / wall | "
+          f"task s gated / control / unread | slowest {top} tasks |")
+    print("|---|---|---:|" + "---:|" * len(STAGES) + "---:|---:|---|")
+    known, floor = set(experiment_names()), {k: 0.0 for k in READS}
     for h in parent_history(client, None, statuses=("FINISHED",)):
         run = next((r for r in h.runs if not off_board(r)), None)
         if run is None or h.experiment.name == "scoreboard":
             continue
         m, wall, tasks = run.data.metrics, run_wall(run) or 0.0, task_walls(client, run)
         stages = " | ".join(f"{m[f'platform.{s}']:.0f}" if f"platform.{s}" in m else "–" for s in STAGES)
-        busy = sum(t for _, t in tasks)
-        slow = ", ".join(f"{n} {t:.0f} s" for n, t in tasks[:top])
+        busy = sum(t for _, t, _ in tasks)
+        reads = claim_reads(h.experiment.name) if h.experiment.name in known else {}
+        split = {k: sum(t for _, t, v in tasks if reads.get(v, "unread") == k) for k in READS}
+        at_once = busy / wall if wall else float("nan")
+        if robustness_label(run) in ("", "tuned"):
+            for k in READS:
+                floor[k] += split[k] / at_once if busy else 0.0
+        slow = ", ".join(f"{n} {t:.0f} s" for n, t, _ in tasks[:top])
         print(f"| {h.experiment.name} | {robustness_label(run) or 'tuned'} | {duration(wall)} | {stages} | "
-              f"{busy:.0f} s / {wall:.0f} s = {busy / wall if wall else float('nan'):.2f} | {slow} |")
+              f"{busy:.0f} s / {wall:.0f} s = {at_once:.2f} | "
+              f"{' / '.join(f'{split[k]:.0f}' for k in READS)} | {slow} |")
+    print(f"\ntuned runs, each at its own packing: the gated tasks alone {duration(floor['gated'])}, control tasks "
+          f"{duration(floor['control'])}, unread tasks {duration(floor['unread'])} (target for the board "
+          f"{duration(BOARD_WARM_S)})")
 
 
 def main(args: list[str]) -> None:

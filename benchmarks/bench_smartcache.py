@@ -3,8 +3,17 @@ caching and no cache from the same run) and claim table, then a loopback load te
 service, SmartCache vs no cache, from a second process: req/s, p50, p99; peak memory beside time.
 
     .venv/bin/python benchmarks/bench_smartcache.py [--debug] [--runs-dir DIR] [--requests N]
+    .venv/bin/python benchmarks/bench_smartcache.py --separability [--plot PATH]
 
 The LM and embeddings come from the experiment's cached prepare steps (same runs dir: built once).
+
+``--separability`` (issue 32 item 7, no Ray): whether the embedder can tell the workload's repeated
+questions from different ones with one threshold, for each phrasing and each kind of question
+(explicit, pronoun follow-up), among texts the entity guard cannot tell apart (the same entities): the
+share of same-meaning pairs at cosine >= tau and of different-meaning pairs at cosine >= tau, over tau,
+with the figures the experiment reports (:func:`components.serving.smartcache.misses.paraphrase_recall`)
+and how often a text's nearest neighbour among them asks the same thing (the ranking a top-1 lookup
+in scope sees). A curve per kind in ``--plot``.
 """
 from __future__ import annotations
 
@@ -62,6 +71,74 @@ def load_test(b: dict, workload: dict, n_requests: int, concurrency: int, max_se
               f"{st['kv_blocks_peak']:>8} {sum(st['usage']['prefill'].values()):>12}")
 
 
+TAUS = [0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.81, 0.85, 0.9, 0.95]
+
+
+def separability(runs_dir: str, plot: str, debug: bool = False) -> None:
+    """Same- and different-meaning cosines of the workload's questions, per phrasing and kind (see above);
+    ``debug``: the debug flavour's embeddings (a bag of words, built in seconds)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from components.core.plotting import fig_png, figure
+    from components.data.conversations import KBParams, make_kb, query_meanings
+    from components.serving.smartcache.forest import entities
+    from components.serving.smartcache.misses import paraphrase_recall
+
+    fig, axes = figure(10, 4, ncols=2)
+    for col, entry in enumerate(("embeddings", "embeddings_natural")):
+        e, spec = prepared("smartcache", entry, runs_dir, debug)
+        kbp = next(p.params for p in spec.prepare if p.name == entry).kb
+        kb, emb = make_kb(KBParams(**kbp)), dict(zip(e["texts"], e["emb"]))
+        tau = next(v for v in spec.variants if v.name == "smart").params.tau_sim_smart
+        meanings = query_meanings(kb)
+        pairs = {"explicit": ([], []), "followup": ([], [])}   # kind -> (same-meaning, different-meaning) cosines
+        nearest = {"explicit": [], "followup": []}
+        groups: dict = {}
+        for text in meanings:
+            groups.setdefault(entities(text), []).append(text)
+        for texts in groups.values():
+            kind = "followup" if meanings[texts[0]][0] is None else "explicit"
+            v = np.stack([emb[t] for t in texts])
+            sim = v @ v.T
+            m = [meanings[t] for t in texts]
+            iu = np.triu_indices(len(texts), 1)
+            alike = np.array([m[i] == m[j] for i, j in zip(*iu)], bool)
+            pairs[kind][0].extend(sim[iu][alike])
+            pairs[kind][1].extend(sim[iu][~alike])
+            np.fill_diagonal(sim, -np.inf)
+            nearest[kind] += [m[i] == m[j] for i, j in enumerate(sim.argmax(1))]
+        fig_text = paraphrase_recall(kb, emb, tau)
+        phrasing = kbp.get("phrasing", "templated")
+        print(f"\n## {phrasing} phrasing ({e['model']}; the forest's tau {tau})\n")
+        print("| kind | texts | same / different pairs | p10 of same | max of different | recall at tau | "
+              "separable recall | nearest neighbour asks the same |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for kind, (same, diff) in pairs.items():
+            print(f"| {kind} | {len(nearest[kind])} | {len(same)} / {len(diff)} | "
+                  f"{fig_text[f'paraphrase_sim_p10_{kind}']:.3f} | {fig_text[f'cross_meaning_max_{kind}']:.3f} | "
+                  f"{fig_text[f'paraphrase_recall_{kind}']:.3f} | {fig_text[f'paraphrase_recall_separable_{kind}']:.3f} | "
+                  f"{np.mean(nearest[kind]):.3f} |")
+        print("\n| tau | " + " | ".join(f"{k} same >= tau | {k} different >= tau" for k in pairs) + " |")
+        print("|---:|" + "---:|---:|" * len(pairs))
+        ax = axes[0][col]
+        for kind, (same, diff) in pairs.items():
+            same, diff = np.asarray(same), np.asarray(diff)
+            grid = np.linspace(0.3, 1.0, 71)
+            ax.plot(grid, [(same >= t).mean() for t in grid], label=f"{kind}: same meaning")
+            ax.plot(grid, [(diff >= t).mean() for t in grid], "--", label=f"{kind}: different meaning")
+        for t in TAUS:
+            print(f"| {t:.2f} | " + " | ".join(f"{(np.asarray(s) >= t).mean():.3f} | {(np.asarray(d) >= t).mean():.3f}"
+                                               for s, d in pairs.values()) + " |")
+        ax.axvline(tau, color="grey", lw=0.8)
+        ax.set(xlabel="threshold (cosine)", ylabel="share of pairs at or above it", title=f"{phrasing} phrasing")
+        ax.legend(fontsize=7)
+    Path(plot).parent.mkdir(parents=True, exist_ok=True)
+    Path(plot).write_bytes(fig_png(fig))
+    print(f"\nplot: {plot}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--debug", action="store_true", help="the experiment's debug flavour")
@@ -70,7 +147,12 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--max-seconds", type=float, default=40.0)
     ap.add_argument("--skip-experiment", action="store_true", help="only the load test")
+    ap.add_argument("--separability", action="store_true", help="only the embedder's separability (no Ray)")
+    ap.add_argument("--plot", default="runs/reports/smartcache_separability.png")
     a = ap.parse_args()
+    if a.separability:
+        separability(a.runs_dir, a.plot, a.debug)
+        return
 
     if not a.skip_experiment:
         tables(run_in_store("smartcache", a.debug, a.runs_dir)[0])

@@ -142,12 +142,49 @@ def test_profile_lists_stages_and_slowest_tasks_of_a_stored_run(tmp_path, capsys
     # Execute
     load("reproduce").main(["--profile=2", f"tracking.uri={uri}"])
 
-    # Assert: one row, its stages, the two slowest tasks by name, and the tasks' sum against the wall
+    # Assert: one row, its stages, the two slowest tasks by name, and the tasks' sum against the wall;
+    # no experiment of this checkout is called probe_exp, so no claim reads its tasks
     (found,) = tables(capsys.readouterr().out)
     row = [c.strip() for c in found[2].strip("|").split("|")]
     assert row[:5] == ["probe_exp", "tuned", "0m50s", "6", "–"] and row[5] == "40"
-    assert row[-2] == "75 s / 50 s = 1.50"
+    assert row[-3] == "75 s / 50 s = 1.50"
+    assert row[-2] == "0 / 0 / 75"
     assert row[-1] == "slow@0 40 s, slow@1 25 s"
+
+
+def test_profile_splits_task_seconds_by_what_the_claims_read(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    # Prepare: a duo board run: fp32 (its gated claims' baseline) with one seed task of 40 s, the
+    # powersgd control (read only by a control claim) 10 s, and a task no claim of duo names 5 s;
+    # 55 s of tasks in 50 s of wall
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client, t0 = MlflowClient(uri), 1_800_000_000_000
+    exp_id = client.create_experiment("duo")
+
+    def run(name, start_s, wall_s, parent=None, tags=None):
+        r = client.create_run(exp_id, start_time=t0 + int(start_s * 1000), run_name=name,
+                              tags={**(tags or {}), **({"mlflow.parentRunId": parent} if parent else {})})
+        client.set_terminated(r.info.run_id, "FINISHED", end_time=t0 + int((start_s + wall_s) * 1000))
+        return r.info.run_id
+
+    parent = run("duo-1", 0, 50, tags={"dtlab.kind": "parent", "dtlab.flavour": "full"})
+    run("fp32@10", 0, 40, run("fp32", 0, 40, parent))
+    run("powersgd", 10, 10, parent)
+    run("extra", 40, 5, parent)
+    mod = load("reproduce")
+
+    # Execute
+    reads = mod.claim_reads("duo")
+    mod.main(["--profile=1", f"tracking.uri={uri}"])
+
+    # Assert: the split of the tasks' seconds, and the gated floor at this run's packing (40 s / 1.1)
+    assert reads["fp32"] == reads["duo4"] == "gated" and reads["powersgd"] == reads["ef1"] == "control"
+    out = capsys.readouterr().out
+    (found,) = tables(out)
+    row = [c.strip() for c in found[2].strip("|").split("|")]
+    assert row[-2] == "40 / 10 / 5"
+    assert "the gated tasks alone 0m36s, control tasks 0m09s, unread tasks 0m05s" in out.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("bad", ["--profile=0", "--profile=x"])
@@ -158,3 +195,32 @@ def test_profile_rejects_a_bad_count_in_one_line(bad, capsys):
     # Assert
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and bad in err[0]
+
+
+def test_attention_share_is_the_attention_backward_over_the_whole_pass():
+    # Prepare
+    share = load("mecefo").attention_bwd_share
+    d, seq = 64, 32
+    attn = 8 * d * d + 2 * seq * d           # projections and causal scores, per token and layer
+    # Execute
+    alone = share(2, d, 0.0, seq, 0)         # no FFN, no head: attention is the whole pass
+    half = share(2, d, attn, seq, 0)         # an FFN as costly as the attention
+    # Assert: backward is twice the forward, so its share of the pass is 2/3 of the forward share
+    assert alone == pytest.approx((1.0, 2 / 3))
+    assert half == pytest.approx((0.5, 1 / 3))
+
+
+def test_separability_tabulates_each_phrasing_and_kind_and_draws_the_curves(tmp_path, capsys):
+    # Prepare: the debug flavour's bag-of-words embeddings, built in a fresh runs dir
+    plot = tmp_path / "sep.png"
+    # Execute
+    load("smartcache").separability(str(tmp_path / "runs"), str(plot), debug=True)
+    # Assert: both phrasings, a row per kind with the figures the experiment reports, a row per threshold
+    out = capsys.readouterr().out
+    assert "## templated phrasing" in out and "## natural phrasing" in out
+    found = tables(out)
+    assert len(found) == 4                                   # per phrasing: the kinds, then the thresholds
+    kinds = [r.split("|")[1].strip() for r in found[0][2:]]
+    assert kinds == ["explicit", "followup"]
+    assert len(found[1]) - 2 == len(load("smartcache").TAUS)
+    assert plot.read_bytes()[:4] == b"\x89PNG"
