@@ -17,8 +17,8 @@ against the run's wall (their ratio is how many tasks ran at once). Robustness r
 perturbation is the same work on other inputs. It also splits the task seconds by what the
 experiment's claims read (:func:`claim_reads`): variants a gated claim's ``holds`` or ``premise``
 reads, variants only controls or ``measured`` figures read, and variants no claim reads; the last
-line says how long the gated tasks alone take at each run's packing (task seconds / tasks at once),
-the floor that only a smaller regime of the gated claims can lower.
+line says how long the gated tasks alone take at the packing of each experiment's tuned run (its task
+seconds scaled by wall / task seconds), the floor that only a smaller regime of the gated claims can lower.
 
 Run: .venv/bin/python benchmarks/bench_reproduce.py [RESULTS.md] [tracking.uri=...] [--profile[=N]]
 """
