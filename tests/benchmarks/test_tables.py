@@ -116,14 +116,14 @@ def test_board_cost_reads_results_md_rows_and_sums_them(tmp_path, capsys):
     assert text.strip().splitlines()[-1].startswith("total ")
 
 
-def test_profile_lists_stages_and_slowest_tasks_of_a_stored_run(tmp_path, capsys):
+def run_recorder(uri: str, experiment: str):
+    """``run(name, start_s, wall_s, parent=None, tags=None) -> run id``: a FINISHED run of ``experiment`` in
+    the store at ``uri`` with that wall time, as the DAG records parents, variants and seed tasks; and the
+    client."""
     from mlflow.tracking import MlflowClient
 
-    # Prepare: one board run as the DAG records it: a parent with its stage metrics, a variant with
-    # two seed tasks (40 s and 25 s) and a one-seed variant (10 s), 50 s of wall in all
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
     client, t0 = MlflowClient(uri), 1_800_000_000_000
-    exp_id = client.create_experiment("probe_exp")
+    exp_id = client.create_experiment(experiment)
 
     def run(name, start_s, wall_s, parent=None, tags=None):
         r = client.create_run(exp_id, start_time=t0 + int(start_s * 1000), run_name=name,
@@ -131,6 +131,14 @@ def test_profile_lists_stages_and_slowest_tasks_of_a_stored_run(tmp_path, capsys
         client.set_terminated(r.info.run_id, "FINISHED", end_time=t0 + int((start_s + wall_s) * 1000))
         return r.info.run_id
 
+    return run, client
+
+
+def test_profile_lists_stages_and_slowest_tasks_of_a_stored_run(tmp_path, capsys):
+    # Prepare: one board run as the DAG records it: a parent with its stage metrics, a variant with
+    # two seed tasks (40 s and 25 s) and a one-seed variant (10 s), 50 s of wall in all
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run, client = run_recorder(uri, "probe_exp")
     parent = run("probe_exp-1", 0, 50, tags={"dtlab.kind": "parent", "dtlab.flavour": "full"})
     for key, value in {"platform.ray_init_s": 6.0, "platform.execute_s": 40.0, "reproduce.wall_s": 50.0}.items():
         client.log_metric(parent, key, value)
@@ -153,21 +161,11 @@ def test_profile_lists_stages_and_slowest_tasks_of_a_stored_run(tmp_path, capsys
 
 
 def test_profile_splits_task_seconds_by_what_the_claims_read(tmp_path, capsys):
-    from mlflow.tracking import MlflowClient
-
     # Prepare: a duo board run: fp32 (its gated claims' baseline) with one seed task of 40 s, the
     # powersgd control (read only by a control claim) 10 s, and a task no claim of duo names 5 s;
     # 55 s of tasks in 50 s of wall
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    client, t0 = MlflowClient(uri), 1_800_000_000_000
-    exp_id = client.create_experiment("duo")
-
-    def run(name, start_s, wall_s, parent=None, tags=None):
-        r = client.create_run(exp_id, start_time=t0 + int(start_s * 1000), run_name=name,
-                              tags={**(tags or {}), **({"mlflow.parentRunId": parent} if parent else {})})
-        client.set_terminated(r.info.run_id, "FINISHED", end_time=t0 + int((start_s + wall_s) * 1000))
-        return r.info.run_id
-
+    run, _ = run_recorder(uri, "duo")
     parent = run("duo-1", 0, 50, tags={"dtlab.kind": "parent", "dtlab.flavour": "full"})
     run("fp32@10", 0, 40, run("fp32", 0, 40, parent))
     run("powersgd", 10, 10, parent)
