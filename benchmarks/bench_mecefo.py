@@ -58,9 +58,9 @@ def main(overrides: list[str]) -> None:
     claims_table(out)
 
 
-# The paper's LLaMA sizes (350M, 1B and 7B on C4), in the standard LLaMA shapes (SwiGLU FFN width f; the
-# 350M and 1B shapes of the C4 pre-training setups that report those sizes); its sequence length is not in the
-# text we can read, so both ends of the usual range are shown.
+# The paper's LLaMA sizes (350M, 1B and 7B on C4). Their shapes are assumed, not read from the paper (its text we
+# can read gives neither shapes nor sequence length): LLaMA-7B's published shape and GaLore's C4 pre-training
+# configs for 350M and 1B (SwiGLU FFN width f). Both ends of the usual sequence range are shown.
 PAPER_MODELS = {"LLaMA-350M": (24, 1024, 2736), "LLaMA-1B": (24, 2048, 5461), "LLaMA-7B": (32, 4096, 11008)}
 PAPER_VOCAB, PAPER_SEQS = 32000, (256, 2048)
 

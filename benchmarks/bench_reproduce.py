@@ -116,9 +116,8 @@ def claim_reads(name: str) -> dict[str, str]:
 def profile(client, top: int) -> None:
     """Per experiment in the store: its newest finished full run's stages and slowest tasks."""
     from components.core.runs_query import off_board, parent_history, robustness_label
-    from pipelines.results_md import duration, run_wall
-
     from pipelines.config import experiment_names
+    from pipelines.results_md import duration, run_wall
 
     print(f"| experiment | run | wall | {' | '.join(s[:-2] for s in STAGES)} | tasks: sum / wall | "
           f"task s gated / control / unread | slowest {top} tasks |")
