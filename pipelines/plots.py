@@ -1,6 +1,7 @@
 """Report plots, made from the variants' results (matplotlib, headless)."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import matplotlib
@@ -13,6 +14,12 @@ from components.core.plotting import label_points, readable_log_axis  # noqa: E4
 ROLE_STYLE = {"technique": "-", "baseline": "--", "control": ":"}
 ROLE_COLOR = {"technique": "tab:blue", "baseline": "tab:gray", "control": "tab:olive"}
 ROLE_MARKER = {"technique": "o", "baseline": "s", "control": "^"}
+TITLE_CHARS = 68   # a title line that fits the 7-inch figure at 12 pt; longer titles wrap instead of running off
+
+
+def set_title(ax, text: str, **kw) -> None:
+    """``ax.set_title`` with the text wrapped to lines that fit the figure's width."""
+    ax.set_title(textwrap.fill(str(text), TITLE_CHARS), **kw)
 
 
 def series_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, variants: list[str] | None = None,
@@ -37,7 +44,7 @@ def series_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, varia
         readable_log_axis(ax, "y")
     ax.set_xlabel(xlabel or "step")
     ax.set_ylabel(metric)
-    ax.set_title(title or metric)
+    set_title(ax, title or metric)
     ax.grid(alpha=0.3)
     if drawn:
         ax.legend(fontsize=7, ncol=2)
@@ -84,7 +91,7 @@ def bar_plot(outcomes: dict[str, Any], metric: str, logy: bool = False, variants
     if logy:
         readable_log_axis(ax, "x")
     ax.set_xlabel(metric, fontsize=11)
-    ax.set_title(title or metric, fontsize=12, pad=26 if names else 6)   # the role legend sits below it
+    set_title(ax, title or metric, fontsize=12, pad=26 if names else 6)   # the role legend sits below it
     ax.tick_params(labelsize=10)
     ax.grid(axis="x", alpha=0.3)
     if names:
@@ -113,7 +120,7 @@ def scatter_plot(outcomes: dict[str, Any], x: str, y: str, logx: bool = False, l
     ax.margins(0.12)                       # room for the names at the edges
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(title or f"{y} vs {x}")
+    set_title(ax, title or f"{y} vs {x}")
     ax.grid(alpha=0.3)
     if pts:
         _role_legend(ax, [p[3] for p in pts], marker=True)
@@ -215,7 +222,7 @@ def cells_plot(outcomes: dict[str, Any], claim: str, figure: str, axes: dict[str
         ax.minorticks_off()
     ax.set_xlabel(xlabel or (first_term(x_figure) if x_figure else x))
     ax.set_ylabel(ylabel or first_term(figure))
-    ax.set_title(title or claim)
+    set_title(ax, title or claim)
     ax.grid(alpha=0.3)
     if drawn and (group or hline is not None):
         ax.legend(fontsize=8)

@@ -49,6 +49,21 @@ def test_scatter_names_every_point_without_overlap_and_has_a_role_legend():
     plots.close(fig)
 
 
+def test_a_long_title_wraps_inside_the_figure():
+    # Prepare: fal's depth plot title (86 characters ran off both edges of the 7-inch figure)
+    title = "final validation loss vs depth (3 and 6 layers d 64, 12 layers d 48; 600 steps; mean over seeds)"
+    outs = {"a": _outcome("baseline", n_layer=3, final_val_loss=1.9), "b": _outcome("technique", n_layer=12, final_val_loss=2.0)}
+    # Execute
+    fig, _ = plots.make_plot({"kind": "scatter", "x": "n_layer", "y": "final_val_loss", "title": title}, outs)
+    fig.canvas.draw()
+    box = fig.axes[0].title.get_window_extent(fig.canvas.get_renderer())
+    # Assert: every word kept, on more than one line, within the figure's width
+    shown = fig.axes[0].get_title()
+    assert shown.split() == title.split() and "\n" in shown
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width
+    plots.close(fig)
+
+
 def test_log_plots_with_nothing_to_draw_still_render():
     # Prepare: the only variant failed (no result), every kind on log axes
     outs = {"cf_1bit": NS(role="technique", result=None)}
