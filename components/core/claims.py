@@ -18,6 +18,9 @@ error and ``variant.m_n`` the count (components.core.seeds). ``paired(expr)`` ev
 on every seed that all the variants it names ran, and gives the mean of those per-seed values;
 ``paired_se(expr)`` their standard error (NaN below two seeds, so the claim fails). "gain >= 0.05
 and > 2 SE" is ``paired(a.m - b.m) >= 0.05 and paired(a.m - b.m) > 2 * paired_se(a.m - b.m)``.
+``seed_max(expr)`` and ``seed_min(expr)`` give the worst and best of those per-seed values: "every
+seed left the plateau" is ``seed_max(a.final_loss) < a.plateau_loss``, where a mean would let one
+good seed carry a stuck one.
 
 Over a grid axis: a claim with ``over: axis`` (or a list of axes) is checked once per value,
 with ``{axis}`` in ``holds``/``measured`` replaced by it; it holds when at least ``at_least``
@@ -59,7 +62,7 @@ _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.G
            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 _FUNCS = {"min": min, "max": max, "abs": abs, "log10": math.log10, "log": math.log, "sqrt": math.sqrt,
           "all": all, "any": any}
-_SEED_FUNCS = ("paired", "paired_se")   # evaluate their argument once per shared seed
+_SEED_FUNCS = ("paired", "paired_se", "seed_max", "seed_min")   # evaluate their argument once per shared seed
 _ALLOWED_CALLS = set(_FUNCS) | set(_SEED_FUNCS)
 _AXIS = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -217,8 +220,11 @@ class _Evaluator:
             return [ev(e) for e in node.elts]
         if isinstance(node, ast.Call) and node.func.id in _SEED_FUNCS:
             vals = _per_seed(node.args[0], self.seed_metrics, self.run)
-            mean, se = mean_se(vals)
-            out = mean if node.func.id == "paired" else se
+            if node.func.id in ("seed_max", "seed_min"):
+                out = float(max(vals) if node.func.id == "seed_max" else min(vals))
+            else:
+                mean, se = mean_se(vals)
+                out = mean if node.func.id == "paired" else se
             self.nan_seen = self.nan_seen or math.isnan(out)
             return out
         if isinstance(node, ast.Call):

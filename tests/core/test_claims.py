@@ -60,6 +60,21 @@ def test_paired_pairs_seed_by_seed_and_its_se_needs_two_seeds():
     assert not one_seed.holds and "standard error of one seed" in one_seed.error
 
 
+def test_seed_max_and_min_judge_the_worst_and_best_seed_where_the_mean_hides_one():
+    # Prepare: two seeds well below a level, one stuck above it; the mean is below
+    seed_metrics = {"a": {0: {"m": 1.9}, 1: {"m": 2.6}, 2: {"m": 1.9}}, "b": {0: {"m": 2.4}, 1: {"m": 2.4}, 2: {"m": 2.4}}}
+    agg = {"a": {"m": 2.1333}, "b": {"m": 2.4}}
+    # Execute
+    mean_below = check(Claim("c", "a.m < b.m"), agg, seed_metrics)
+    every_below = check(Claim("c", "seed_max(a.m - b.m) < 0", measured="seed_max(a.m - b.m)"), agg, seed_metrics)
+    best = evaluate("seed_min(a.m)", agg, seed_metrics=seed_metrics)
+    # Assert: the stuck seed decides the worst case, the mean does not see it
+    assert mean_below.holds and not every_below.holds and every_below.measured == "0.2"
+    assert best == 1.9
+    with pytest.raises(ConfigError):
+        evaluate("seed_max(a.m, b.m)", agg, seed_metrics=seed_metrics)
+
+
 def test_claim_over_an_axis_counts_its_cells():
     # Prepare
     metrics = {"php_x": {"acc": 0.9}, "php_y": {"acc": 0.5}, "fml_x": {"acc": 0.8}, "fml_y": {"acc": 0.6}}
