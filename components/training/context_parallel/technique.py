@@ -15,6 +15,7 @@ from components.core.netsim import Link
 from components.core.registry import technique
 from components.core.result import Result
 from components.data.char_corpus import sample_batch
+from components.data.ngram import bigram_val_loss, unigram_val_loss
 from components.training.context_parallel import simtime
 from components.training.context_parallel.check import exactness
 from components.training.context_parallel.ring import KV_MODES, RingSpec
@@ -122,7 +123,10 @@ def run_context_parallel(p: CPParams, ctx) -> Result:
          "allreduce_s_per_step_dc": simtime.allreduce_s(links["dc"], out["n_params"], p.chunks),
          "router_usage_entropy": out["usage_entropy"], "r": float(spec.r), "M": float(p.M),
          "n_params": float(out["n_params"]), "tokens_per_step": float(p.batch * p.context),
-         "train_s_per_step": train_s / p.steps, "peak_rss_mb": mem.peak_mb, **check}
+         "train_s_per_step": train_s / p.steps, "peak_rss_mb": mem.peak_mb,
+         # the plateaus of the loss curve (components.data.ngram): a seed above the bigram level has not left them
+         "unigram_val_loss": unigram_val_loss(corpus.train, corpus.val, corpus.vocab_size),
+         "bigram_val_loss": bigram_val_loss(corpus.train, corpus.val, corpus.vocab_size), **check}
     series = {"val_loss": (out["steps"], out["val_loss"]),
               "val_loss_vs_tokens": (tokens, out["val_loss"], "tokens"),
               "val_loss_vs_sim_s": ([s * sims["wan"]["sim_step_s"] for s in out["steps"]], out["val_loss"],
