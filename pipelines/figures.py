@@ -2,7 +2,7 @@
 
 A claim with ``measured:`` shows its terms (pipelines.live.labelled). A claim without one shows
 the operands of its ``holds`` expression, each by name (``ef21.final_grad_norm_sq = 3.1e-17``):
-every ``variant.metric`` and every ``paired(...)`` / ``paired_se(...)`` it reads, computed when
+every ``variant.metric`` and every per-seed call (``paired(...)``, ``seed_max(...)``, ...) it reads, computed when
 the run is judged and stored on the parent run as ``claim_operands.json``.
 """
 from __future__ import annotations
@@ -11,13 +11,14 @@ import ast
 import math
 from typing import Any, Mapping
 
+from components.core.claims import SEED_FUNCS
+
 ARTIFACT = "claim_operands.json"
-_SEED_CALLS = ("paired", "paired_se")
 
 
 def operands(expr: str) -> list[str]:
     """The terms an expression reads, in order, once each: ``variant.metric`` names and whole
-    ``paired(...)`` / ``paired_se(...)`` calls (their inside is one per-seed figure)."""
+    per-seed calls (``paired(...)``, ``seed_max(...)``: their inside is one per-seed figure)."""
     try:
         tree = ast.parse(expr, mode="eval")
     except SyntaxError:
@@ -25,7 +26,7 @@ def operands(expr: str) -> list[str]:
     out: list[str] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SEED_CALLS:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SEED_FUNCS:
             out.append(ast.unparse(node))
             return
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):

@@ -62,8 +62,8 @@ _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.G
            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 _FUNCS = {"min": min, "max": max, "abs": abs, "log10": math.log10, "log": math.log, "sqrt": math.sqrt,
           "all": all, "any": any}
-_SEED_FUNCS = ("paired", "paired_se", "seed_max", "seed_min")   # evaluate their argument once per shared seed
-_ALLOWED_CALLS = set(_FUNCS) | set(_SEED_FUNCS)
+SEED_FUNCS = ("paired", "paired_se", "seed_max", "seed_min")   # evaluate their argument once per shared seed
+_ALLOWED_CALLS = set(_FUNCS) | set(SEED_FUNCS)
 _AXIS = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -140,7 +140,7 @@ def parse_expr(expr: str, key: str) -> ast.Expression:
             raise ConfigError(key, expr, f"only arithmetic, comparisons and variant.metric names ({type(node).__name__} found)")
         if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _ALLOWED_CALLS):
             raise ConfigError(key, expr, "only calls to " + ", ".join(sorted(_ALLOWED_CALLS)))
-        if isinstance(node, ast.Call) and node.func.id in _SEED_FUNCS and len(node.args) != 1:
+        if isinstance(node, ast.Call) and node.func.id in SEED_FUNCS and len(node.args) != 1:
             raise ConfigError(key, expr, f"{node.func.id}(expr) takes one expression")
     return tree
 
@@ -218,7 +218,7 @@ class _Evaluator:
             return True
         if isinstance(node, (ast.List, ast.Tuple)):
             return [ev(e) for e in node.elts]
-        if isinstance(node, ast.Call) and node.func.id in _SEED_FUNCS:
+        if isinstance(node, ast.Call) and node.func.id in SEED_FUNCS:
             vals = _per_seed(node.args[0], self.seed_metrics, self.run)
             if node.func.id in ("seed_max", "seed_min"):
                 out = float(max(vals) if node.func.id == "seed_max" else min(vals))

@@ -296,6 +296,7 @@ def test_holds_operands_are_named_with_their_values():
     ops = claim_operands([grid, paired, Claim("m", "a.m > 0", measured="a.m")], metrics, seeds)
     # Assert: every operand by name, per cell; a metric not reported reads n/a; claims with measured: skipped
     assert operands("max(a.m, b.n) + 2 * c.k") == ["a.m", "b.n", "c.k"]
+    assert operands("seed_max(a.m - b.m) < c.k") == ["seed_max(a.m - b.m)", "c.k"]   # the worst seed is one figure
     assert ops["g"] == [["x: a_x.m", "3"], ["x: b.m", "2"], ["y: a_y.m", "1"], ["y: b.m", "2"]]
     assert ops["p"] == [["paired(a.m - b.m)", "2"], ["paired_se(a.m - b.m)", "1"], ["a.missing", "n/a"]]
     assert "m" not in ops
