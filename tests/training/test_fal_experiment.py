@@ -30,3 +30,7 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     assert shares == sorted(shares) and shares[0] < shares[-1]
     grid = judged["fal_step_by_comm_share"]
     assert len(grid.cells) == 6 and not grid.error and not judged["fal_faster_step_comm_dominated"].error
+    # FAL's step timed against pre-LN's in one process: the same ratio on the same link, each with its floor
+    f = m["fal"]
+    assert f["step_ratio_bw1000"] == f["step_ratio"] and f["timing_rounds"] >= 5
+    assert all(math.isfinite(f[k]) and f[f"{k}_noise"] >= 0 for k in ("compute_ratio", "step_ratio", "step_ratio_dc"))

@@ -93,6 +93,8 @@ def test_simulated_step_charges_every_allreduce_and_fal_is_faster_when_comm_boun
     (dict(tp=1), "tp"),
     (dict(block="fal_pluss"), "block"),
     (dict(fail_rank=2), "fail_rank"),
+    (dict(timed_against="pre_lnn"), "timed_against"),
+    (dict(timing_rounds=2), "timing_rounds"),
     (dict(links={"comm_bound": {"bandwidth": "fast"}, "dc": {}}), "links.comm_bound.bandwidth"),
 ])
 def test_bad_input_is_one_config_error(kw, key):
@@ -122,3 +124,26 @@ def test_ranks_on_ray_actors_over_gloo_equal_single_process_and_a_dead_rank_fail
     # Execute: rank 1's process exits at the step; Assert: Ray's reason, no hang
     with pytest.raises(TPActorDied, match=r"TP rank (actor died|failed) during the TP step: \w+"):
         tp_exactness(m, x, y, 2, use_actors=True, timeout_s=60, fail_rank=1)
+
+
+def test_step_timed_against_another_block_gives_ratios_with_a_noise_floor():
+    # Prepare: FAL's rank timer (as training leaves it) and a link without communication cost
+    from components.training.tensor_parallel.technique import _step_against
+
+    x, y = _batch(B=4)
+    own = RankTimer(_model("fal"), 2)
+    own.sample(x, y, 1)
+    p = TPParams(block="fal", n_layer=L, n_head=2, d_model=16, context=8, timed_against="pre_ln", timing_rounds=5)
+    links = {"comm_bound": Link.from_config({"bandwidth": "1Gbps", "latency": "50us"}),
+             "free": Link.from_config({"bandwidth": "1000000Gbps", "latency": "0us"})}
+    # Execute
+    m, info = _step_against(p, 29, own, x, y, links, seed=0)
+    # Assert: the ratio over a free link is the compute ratio; every figure carries a finite floor
+    assert m["step_ratio_free"] == pytest.approx(m["compute_ratio"], rel=1e-6)
+    assert m["timing_rounds"] == 5 and m["timing_thread_clock"] == 1.0
+    for k in ("compute_ratio", "step_ratio", "step_ratio_free"):
+        assert m[k] > 0 and 0 <= m[f"{k}_noise"] < float("inf")
+    assert info["against"] == "pre_ln" and info["compute_ref_s"] > 0
+    # FAL issues 15 of pre-LN's 24 all-reduces: on the 1 Gbps link its step ratio sits below its compute ratio
+    # whenever the compute ratio is above the all-reduce ratio
+    assert m["step_ratio"] < max(m["compute_ratio"], 15 / 24 + 0.01)

@@ -2,21 +2,31 @@
 ``parallel``, ``fal``, ``fal_plus``) under Megatron TP-``tp``. Trains single-process (same math),
 measures one rank's compute with the communication taken out, charges every all-reduce the rank
 issues to the shared Link (comm-bound and datacenter presets), and after training runs one step on
-``tp`` Ray actors over gloo against the single-process model (forward, backward, counts, bytes)."""
+``tp`` Ray actors over gloo against the single-process model (forward, backward, counts, bytes).
+
+With ``timed_against`` (a block kind), the step is also timed against that block's in one process
+(components.core.timing: interleaved rounds, a noise floor from the reference timed against
+itself), and the simulated step ratios on every link carry that floor (``step_ratio*`` and their
+``_noise``): two variants' compute measured in two processes differ by the machine's load between
+them (5% between two runs of fal here), which no threshold can tell from an effect."""
 from __future__ import annotations
 
 import time
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from components.core.errors import require
 from components.core.memory import PeakRSS
 from components.core.netsim import Link
-from components.core.registry import technique
+from components.core.registry import get, technique
 from components.core.result import Result
+from components.core.timing import interleave
 from components.data.char_corpus import sample_batch
-from components.models.gpt import GPTConfig
+from components.models.gpt import GPT, GPTConfig
 from components.models.knobs import GPTTrainKnobs
 from components.training.tensor_parallel import simtime
 from components.training.tensor_parallel.check import tp_exactness
@@ -50,6 +60,8 @@ class TPParams(GPTTrainKnobs):
     check_batch: int = 4
     fail_rank: int = -1           # fault injection: this rank's actor exits at the check step
     timeout_s: float = 120.0
+    timed_against: str = ""       # a block kind: time this block's rank step against it in one process ("" = no)
+    timing_rounds: int = 40       # at most this many interleaved rounds (they stop early once the ratio is settled)
 
     def gpt(self, vocab_size: int = 2) -> GPTConfig:
         return super().gpt(vocab_size, block=self.block)
@@ -71,6 +83,11 @@ class TPParams(GPTTrainKnobs):
         require(isinstance(self.fail_rank, int) and -1 <= self.fail_rank < self.tp, "fail_rank", self.fail_rank,
                 f"-1 (none) or a rank in [0, {self.tp - 1}]")
         require(self.timeout_s > 0, "timeout_s", self.timeout_s, "a positive number of seconds")
+        require(isinstance(self.timed_against, str), "timed_against", self.timed_against, "a block kind, or \"\"")
+        if self.timed_against:
+            get("block", self.timed_against, key="timed_against")   # unknown: one ConfigError naming the blocks
+        require(isinstance(self.timing_rounds, int) and self.timing_rounds >= 5, "timing_rounds", self.timing_rounds,
+                "at least 5 interleaved rounds")
 
 
 @technique("tensor_parallel", family="training", params=TPParams, inputs=("corpus",),
@@ -125,8 +142,13 @@ def run_tensor_parallel(p: TPParams, ctx) -> Result:
          "n_params": float(sum(q.numel() for q in model.parameters())), "peak_rss_mb": mem.peak_mb,
          "wall_s": time.perf_counter() - t0}
     for n, c in p.sweep_links.items():
-        sw = simtime.sim_step(rank["compute_s"], rank["sizes"], Link.from_config(c, key=f"sweep_links.{n}"), p.tp)
+        links[n] = Link.from_config(c, key=f"sweep_links.{n}")
+        sw = simtime.sim_step(rank["compute_s"], rank["sizes"], links[n], p.tp)
         m[f"sim_step_s_{n}"], m[f"comm_share_{n}"] = sw["sim_step_s"], sw["comm_s"] / sw["sim_step_s"]
+    timing_info = {}
+    if p.timed_against:
+        timed, timing_info = _step_against(p, corpus.vocab_size, timer[0], x, y, links, ctx.seed)
+        m.update(timed)
     series = {"val_loss": (out["steps"], out["val_loss"]),
               "val_loss_vs_sim_s": ([s * cb["sim_step_s"] for s in out["steps"]], out["val_loss"],
                                     "simulated s (TP-2, 1 Gbps / 50 us)"),
@@ -135,9 +157,49 @@ def run_tensor_parallel(p: TPParams, ctx) -> Result:
               "train_loss": out["train_loss"]}
     return Result(metrics=m, series=series,
                   info={"block": p.block, "tp": p.tp, "links": p.links, "sim": sims, "rank_counts": c,
+                        "timed_against": timing_info,
                         "actor_check": {k: v for k, v in check.items()},
                         "link_model": "each all-reduce a blocking ring all-reduce over tp ranks on the Link; "
                                       "compute = one rank's measured step (forward, backward, AdamW), comm taken out"})
+
+
+def _step_against(p: TPParams, vocab_size: int, own: RankTimer, x, y, links: dict[str, Link],
+                  seed: int) -> tuple[dict, dict]:
+    """This block's rank step against ``p.timed_against``'s, interleaved in this process.
+
+    Both steps (forward, backward, AdamW on one rank's shard, communication taken out) run on the
+    same batch; the reference model is a fresh one of the same size (its compute does not depend on
+    its weights). ``step_ratio_L`` is this block's simulated step over the reference's on link ``L``
+    (``step_ratio`` on comm_bound), built from the compute ratio ``r`` and each one's all-reduces;
+    ``_noise`` is how far the figure moves when ``r`` moves by the noise floor ``h`` (either way)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed + 4241)
+        ref = RankTimer(GPT(dataclasses.replace(p, block=p.timed_against).gpt(vocab_size)), p.tp, p.threads)
+    ref.sample(x, y, 1)
+
+    def step(t: RankTimer):
+        def run():
+            t.last = t.rank.step(x, y)
+            t.opt.step()
+        return run
+
+    t = interleave({"self": step(own), "ref": step(ref)}, "ref", clock="thread" if p.threads == 1 else "wall",
+                   seed=[seed, 4241], max_rounds=p.timing_rounds)
+    r, h, c_ref = t.ratio("self").value, t.noise, t.median("ref")
+    sizes_own, sizes_ref = own.result()["sizes"], ref.result()["sizes"]
+
+    def ratio(link: Link, rr: float) -> float:
+        return ((rr * c_ref + simtime.comm_s(sizes_own, link, p.tp))
+                / (c_ref + simtime.comm_s(sizes_ref, link, p.tp)))
+
+    out = {"compute_ratio": r, "compute_ratio_noise": r * math.expm1(h) if math.isfinite(h) else math.nan,
+           "timing_rounds": float(t.n_rounds), "timing_thread_clock": float(t.clock == "thread")}
+    for n, link in links.items():
+        key = "step_ratio" if n == "comm_bound" else f"step_ratio_{n}"
+        out[key] = ratio(link, r)
+        out[f"{key}_noise"] = (max(abs(ratio(link, r * math.exp(s * h)) - out[key]) for s in (-1, 1))
+                               if math.isfinite(h) else math.nan)
+    return out, {"against": p.timed_against, "compute_ref_s": c_ref, **t.info()}
 
 
 def _bytes_at(rank: dict, batch: int, check_batch: int) -> float:
