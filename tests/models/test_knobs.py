@@ -48,7 +48,8 @@ KEYS_BEFORE = {
     TPParams: set("actor_check batch block check_batch context d_model eval_batches eval_every fail_rank "
                   "final_eval_batches final_lr_frac links lr n_head n_layer steps threads timeout_s "
                   "timing_repeats tp warmup weight_decay".split())
-    | {"sweep_links"},            # added since (issue 32 item 2): more links to clock the step on, none by default
+    | {"sweep_links"}             # added since (issue 32 item 2): more links to clock the step on, none by default
+    | {"timed_against", "timing_rounds"},   # added since (issue 28): the step timed against another block, off by default
     MeCeFOParams: set("actor_check actor_down actor_kills actor_steps approx_own batch ckpt_every context "
                       "crash_at d_model down_steps eval_batch eval_batches eval_every failure_rate "
                       "final_eval_batches final_lr_frac link lowrank lr n_head n_layer rank recompute_ffn "
