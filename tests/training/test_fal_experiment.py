@@ -20,7 +20,11 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     assert "val_loss_vs_sim_s" in runs["fal"].result.series
     judged = {c.name: c for c in out.claims}
     assert judged["tp_equals_single_process"].holds and judged["fal_fewer_allreduces"].holds
-    assert not judged["fal_loss_not_worse"].error and not judged["fal_faster_step_comm_bound"].error
+    assert not judged["fal_loss_not_worse"].error
+    # the timed step claims are judged (a debug-sized step may sit inside its noise floor: "inconclusive" is a verdict)
+    for name in ("fal_faster_step_comm_bound", "fal_faster_step_comm_dominated"):
+        c = judged[name]
+        assert c.status != "not run" and (not c.error or c.inconclusive), (name, c.error)
     assert mlflow_client.get_run(runs["fal"].run_id).data.metrics["allreduces_per_forward"] == L + 1
     # the link sweep clocks the same measured step: 1 Gbps / 50 us is the comm-bound link again, and the
     # communication share grows as the bandwidth falls
@@ -29,7 +33,7 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     shares = [pre[f"comm_share_bw{bw}"] for bw in (10000, 3000, 1000, 300, 100, 30)]
     assert shares == sorted(shares) and shares[0] < shares[-1]
     grid = judged["fal_step_by_comm_share"]
-    assert len(grid.cells) == 6 and not grid.error and not judged["fal_faster_step_comm_dominated"].error
+    assert len(grid.cells) == 6 and all(c["status"] in ("holds", "fails", "inconclusive") for c in grid.cells), grid.cells
     # FAL's step timed against pre-LN's in one process: the same ratio on the same link, each with its floor
     f = m["fal"]
     assert f["step_ratio_bw1000"] == f["step_ratio"] and f["timing_rounds"] >= 5
