@@ -36,5 +36,5 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     assert len(grid.cells) == 6 and all(c["status"] in ("holds", "fails", "inconclusive") for c in grid.cells), grid.cells
     # FAL's step timed against pre-LN's in one process: the same ratio on the same link, each with its floor
     f = m["fal"]
-    assert f["step_ratio_bw1000"] == f["step_ratio"] and f["timing_rounds"] >= 5
+    assert f["step_ratio_bw1000"] == f["step_ratio"] and f["compute_ratio_rounds"] >= 5
     assert all(math.isfinite(f[k]) and f[f"{k}_noise"] >= 0 for k in ("compute_ratio", "step_ratio", "step_ratio_dc"))

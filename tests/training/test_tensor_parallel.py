@@ -140,7 +140,7 @@ def test_step_timed_against_another_block_gives_ratios_with_a_noise_floor():
     m, info = _step_against(p, 29, own, x, y, links, seed=0)
     # Assert: the ratio over a free link is the compute ratio; every figure carries a finite floor
     assert m["step_ratio_free"] == pytest.approx(m["compute_ratio"], rel=1e-6)
-    assert m["timing_rounds"] == 5 and m["timing_thread_clock"] == 1.0
+    assert m["compute_ratio_rounds"] == 5 and m["compute_ratio_thread_clock"] == 1.0
     for k in ("compute_ratio", "step_ratio", "step_ratio_free"):
         assert m[k] > 0 and 0 <= m[f"{k}_noise"] < float("inf")
     assert info["against"] == "pre_ln" and info["compute_ref_s"] > 0

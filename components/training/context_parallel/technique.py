@@ -3,7 +3,6 @@ K/V traffic uncompressed, int8, on a fixed random projection, or on learned (mix
 subspaces; bytes of every hop on the shared Link, simulated time to the uncompressed loss."""
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -14,6 +13,7 @@ from components.core.memory import PeakRSS
 from components.core.netsim import Link
 from components.core.registry import technique
 from components.core.result import Result
+from components.core.timing import timed
 from components.data.char_corpus import sample_batch
 from components.data.ngram import bigram_val_loss, unigram_val_loss
 from components.training.context_parallel import simtime
@@ -93,10 +93,9 @@ class CPParams(CPSetup):
 def run_context_parallel(p: CPParams, ctx) -> Result:
     corpus = ctx.input("corpus")
     spec = p.spec(ctx.seed)
-    t0 = time.perf_counter()
     with PeakRSS() as mem:
-        out = train(p.train_setup(), spec, corpus, ctx.seed, progress=ctx.progress)
-        train_s = time.perf_counter() - t0
+        with timed("wall") as trained:     # train_s_per_step: the wall clock of the whole training loop
+            out = train(p.train_setup(), spec, corpus, ctx.seed, progress=ctx.progress)
         x, _ = sample_batch(corpus.val, p.check_batch, p.context, np.random.default_rng(ctx.seed + 777))
         check = exactness(out["model"], x, ctx.seed, nodes=ctx.nodes, key=ctx.host_key("exactness"),
                           fail_rank=p.fail_rank, use_actors=p.actor_check, timeout_s=p.timeout_s)
@@ -123,7 +122,7 @@ def run_context_parallel(p: CPParams, ctx) -> Result:
          "allreduce_s_per_step_dc": simtime.allreduce_s(links["dc"], out["n_params"], p.chunks),
          "router_usage_entropy": out["usage_entropy"], "r": float(spec.r), "M": float(p.M),
          "n_params": float(out["n_params"]), "tokens_per_step": float(p.batch * p.context),
-         "train_s_per_step": train_s / p.steps, "peak_rss_mb": mem.peak_mb,
+         "train_s_per_step": trained.s / p.steps, "peak_rss_mb": mem.peak_mb,
          # the plateaus of the loss curve (components.data.ngram): a seed above the bigram level has not left them
          "unigram_val_loss": unigram_val_loss(corpus.train, corpus.val, corpus.vocab_size),
          "bigram_val_loss": bigram_val_loss(corpus.train, corpus.val, corpus.vocab_size), **check}

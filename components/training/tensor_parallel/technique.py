@@ -185,15 +185,14 @@ def _step_against(p: TPParams, vocab_size: int, own: RankTimer, x, y, links: dic
 
     t = interleave({"self": step(own), "ref": step(ref)}, "ref", clock="thread" if p.threads == 1 else "wall",
                    seed=[seed, 4241], max_rounds=p.timing_rounds)
-    r, h, c_ref = t.ratio("self").value, t.noise, t.median("ref")
+    out = t.metrics("compute_ratio", "self")    # compute_ratio and its _noise, _lo, _hi, _rounds, _thread_clock
+    r, h, c_ref = out["compute_ratio"], t.noise, t.median("ref")
     sizes_own, sizes_ref = own.result()["sizes"], ref.result()["sizes"]
 
     def ratio(link: Link, rr: float) -> float:
-        return ((rr * c_ref + simtime.comm_s(sizes_own, link, p.tp))
-                / (c_ref + simtime.comm_s(sizes_ref, link, p.tp)))
+        return (simtime.sim_step(rr * c_ref, sizes_own, link, p.tp)["sim_step_s"]
+                / simtime.sim_step(c_ref, sizes_ref, link, p.tp)["sim_step_s"])
 
-    out = {"compute_ratio": r, "compute_ratio_noise": r * math.expm1(h) if math.isfinite(h) else math.nan,
-           "timing_rounds": float(t.n_rounds), "timing_thread_clock": float(t.clock == "thread")}
     for n, link in links.items():
         key = "step_ratio" if n == "comm_bound" else f"step_ratio_{n}"
         out[key] = ratio(link, r)
