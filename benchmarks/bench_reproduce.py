@@ -8,7 +8,8 @@ before it, ``reproduce.prepare_s``; the process tree's peak memory),
 and, for an experiment whose run is not in this store, its row in RESULTS.md (wall and peak memory
 only: marked "RESULTS.md"). Warm wall = wall - prepare for a run whose prepare missed the cache (a
 cached prepare costs about nothing); a run that hit the cache is warm as it is, and so is one after a
-prepare pass (its wall "as run" adds the pass when it built something).
+prepare pass (its wall "as run" adds the pass when it built something). The cold board is the warm one plus each
+experiment's newest recorded cold prepare (its latest run may have found the cache warm).
 
 ``--profile[=N]`` prints, instead, where each experiment's run in the store spends its time (the
 issue's "profile before changing anything"): its platform stages (Ray start, prepare, execute, report)
@@ -34,25 +35,44 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 EXPERIMENT_S, BOARD_WARM_S, BOARD_COLD_S = 600.0, 75 * 60.0, 100 * 60.0
 
 
+def prepare_of(run) -> tuple[bool, float | None]:
+    """(cold, seconds) of a run's prepare: reproduce's pass before the run when one ran (cold when it
+    built something), else the run's own prepare stage (cold when a step missed the cache)."""
+    from pipelines.results_md import prepare_pass
+
+    p = prepare_pass(run)
+    if p is not None:
+        return bool(p["built"]), p["seconds"]
+    tags = run.data.tags
+    cold = any(k.startswith("prepare.") and k.endswith(".cache") and v == "miss" for k, v in tags.items())
+    return cold, run.data.metrics.get("platform.prepare_s")
+
+
+def last_cold_prepare(runs) -> float | None:
+    """Seconds of the newest cold prepare among ``runs`` (newest first): what a fresh store pays
+    before the experiment, even where the latest run found the cache warm. None if none was cold."""
+    return next((secs for cold, secs in map(prepare_of, runs) if cold and secs is not None), None)
+
+
 def store_rows(client) -> dict[str, dict]:
-    """{experiment: wall, prepare, cold, peak} of each experiment's latest board run in the store."""
+    """{experiment: wall, prepare, cold, peak, last cold prepare} of each experiment's latest board run
+    in the store."""
     from components.core.runs_query import off_board, parent_history, robustness_label
     from pipelines.results_md import prepare_pass, run_wall
 
     rows = {}
     for h in parent_history(client, None, statuses=("FINISHED",)):
-        run = next((r for r in h.runs if not off_board(r) and robustness_label(r) in ("", "tuned")), None)
-        if run is None or h.experiment.name == "scoreboard":
+        tuned = [r for r in h.runs if not off_board(r) and robustness_label(r) in ("", "tuned")]
+        if not tuned or h.experiment.name == "scoreboard":
             continue
-        m, tags = run.data.metrics, run.data.tags
-        cold = any(k.startswith("prepare.") and k.endswith(".cache") and v == "miss" for k, v in tags.items())
-        wall, prep = run_wall(run), m.get("platform.prepare_s")
-        p = prepare_pass(run)
-        if p is not None:   # reproduce's prepare pass ran first: the run is warm, "as run" adds a cold pass
-            cold, prep = bool(p["built"]), p["seconds"]
-            wall = (wall or 0.0) + (prep if cold else 0.0)
+        run = tuned[0]
+        cold, prep = prepare_of(run)
+        wall = run_wall(run)
+        if prepare_pass(run) is not None and cold:   # the pass ran before the run: "as run" adds it
+            wall = (wall or 0.0) + prep
         rows[h.experiment.name] = {"wall_s": wall, "prepare_s": prep, "cold": cold,
-                                   "peak_mb": m.get("reproduce.peak_rss_mb"), "source": "store"}
+                                   "last_cold_s": last_cold_prepare(tuned),
+                                   "peak_mb": run.data.metrics.get("reproduce.peak_rss_mb"), "source": "store"}
     return rows
 
 
@@ -182,10 +202,15 @@ def main(args: list[str]) -> None:
               f"{peak} | {r['wall_s'] / total:.1%} | {ok} | {r['source']} |")
     over = sorted(k for k in rows if warm[k] > EXPERIMENT_S)
     print(f"\nover 10 minutes warm: {', '.join(over) or 'none'}")
+    # cold: what a fresh store pays, each experiment's newest recorded cold prepare on top of the warm
+    # board (its latest run may have found the cache warm, so "as run" can understate it)
+    colds = {k: r.get("last_cold_s") for k, r in rows.items()}
+    total_cold = total_warm + sum(v or 0.0 for v in colds.values())
     print(f"total {duration(total)} as run · warm {'<= ' if any(r['cold'] is None for r in rows.values()) else ''}"
           f"{duration(total_warm)} (target {duration(BOARD_WARM_S)}; "
-          f"{'met' if total_warm <= BOARD_WARM_S else 'NOT met'}) · as run vs the cold target "
-          f"{duration(BOARD_COLD_S)}: {'met' if total <= BOARD_COLD_S else 'NOT met'}")
+          f"{'met' if total_warm <= BOARD_WARM_S else 'NOT met'}) · cold {duration(total_cold)} = warm + each "
+          f"experiment's newest recorded cold prepare ({sum(1 for v in colds.values() if v)} experiments; "
+          f"target {duration(BOARD_COLD_S)}; {'met' if total_cold <= BOARD_COLD_S else 'NOT met'})")
 
 
 if __name__ == "__main__":
