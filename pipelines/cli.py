@@ -264,7 +264,8 @@ def _rel(path, root) -> str:
 
 
 def cmd_prepare(args: list[str]) -> None:
-    """Build the experiment's prepare entries into the shared cache, nothing else (no MLflow run)."""
+    """Build the experiments' prepare entries into the shared cache, nothing else (no MLflow run).
+    ``experiment=a,b,c``: one pass for all of them (one Ray session, shared entries built once)."""
     import json
 
     as_json = "--json" in args
@@ -278,19 +279,33 @@ def cmd_prepare(args: list[str]) -> None:
     from pipelines import dag
     from pipelines.preflight import check
 
+    names = [n for o in overrides if o.lstrip("+~").partition("=")[0] == "experiment"
+             for n in o.partition("=")[2].split(",")]
+    rest = [o for o in overrides if o.lstrip("+~").partition("=")[0] != "experiment"]
     try:
-        cfg = check(overrides, False)
+        cfgs = [check([f"experiment={n}", *rest], False) for n in dict.fromkeys(names)]
     except ConfigError as e:
         _die(str(e))
     from rich.console import Console
 
-    out = dag.prepare_only(cfg, None if as_json else Console())
+    if len(cfgs) == 1:
+        out = dag.prepare_only(cfgs[0], None if as_json else Console())
+        if as_json:
+            print(json.dumps(out))
+            return
+        built = ", ".join(out["built"]) or "nothing (the cache holds every entry)"
+        print(f"dtlab prepare {out['experiment']}: {out['needed']} entries needed; built {built} in "
+              f"{out['seconds']:.1f}s (cache: {cfgs[0].get('runs_dir') or 'runs'}/cache)")
+        return
+    out = dag.prepare_many(cfgs, None if as_json else Console())
     if as_json:
         print(json.dumps(out))
         return
-    built = ", ".join(out["built"]) or "nothing (the cache holds every entry)"
-    print(f"dtlab prepare {out['experiment']}: {out['needed']} entries needed; built {built} in {out['seconds']:.1f}s "
-          f"(cache: {cfg.get('runs_dir') or 'runs'}/cache)")
+    n_built = sum(map(len, out["built"].values()))
+    print(f"dtlab prepare {len(cfgs)} experiments: {out['needed']} entries needed; built {n_built} in one pass of "
+          f"{out['seconds']:.1f}s ({out['compute_s']:.0f}s of step compute; cache: {cfgs[0].get('runs_dir') or 'runs'}/cache)")
+    for exp, labels in out["built"].items():
+        print(f"  {exp}: {', '.join(labels)}")
 
 
 def cmd_compare(args: list[str]) -> None:
@@ -423,10 +438,12 @@ HELP = {
                "  comparison tables, the scoreboard with each measured figure labelled, and one HTML report\n"
                "  under RUNS_DIR/reports/. Newer runs not ended are skipped and named. MLFLOW_TRACKING_URI wins\n"
                "  over the default store, an explicit tracking.uri= over both.",
-    "prepare": "usage: dtlab prepare experiment=NAME [KEY=VALUE ...] [--json]\n"
+    "prepare": "usage: dtlab prepare experiment=NAME[,NAME...] [KEY=VALUE ...] [--json]\n"
                "  builds the prepare entries (data, trained models) the experiment's variants need into the shared\n"
                "  cache, as a run would, and nothing else: no MLflow run. A run after it finds them (a warm cache);\n"
-               "  `dtlab reproduce` does this before each configuration and times it apart from the run.",
+               "  `dtlab reproduce` does this before each configuration and times it apart from the run. Several\n"
+               "  experiments: one pass, their steps side by side on the CPUs, an entry they share built once\n"
+               "  (what `dtlab reproduce` runs first when several experiments' caches are cold).",
     "ui": "usage: dtlab ui [PORT | --port PORT] [tracking=...]\n"
           "  the MLflow UI on 127.0.0.1:PORT (default 5000) over the configured tracking store",
     "completion": "usage: dtlab completion bash|zsh\n"

@@ -198,23 +198,47 @@ def prepare_only(cfg: dict, console=None) -> dict:
     something is missing. What `dtlab reproduce` runs before each configuration, so that the run's wall is
     measured with a warm cache and the cold prepare is timed apart (issue "The whole board in 75 minutes").
     Returns the experiment, the entries built, how many are needed, and the pass's seconds."""
+    out = prepare_many([cfg], console)
+    return {"experiment": out["experiments"][0], "built": out["built"].get(out["experiments"][0], []),
+            "needed": out["needed"], "seconds": out["seconds"]}
+
+
+def prepare_many(cfgs: list[dict], console=None) -> dict:
+    """:func:`prepare_only` for several experiments in one Ray session (`dtlab prepare
+    experiment=a,b,c`): every missing entry of every experiment is one task of one batch, an entry they
+    share is built once, and the steps of different experiments share the CPUs. `dtlab reproduce` runs
+    it once before the runs, so that a cold board pays about its prepare steps' CPU time over the cores
+    rather than the sum of each experiment's longest chain of steps. Returns the experiments, {experiment:
+    the entries built for it first}, how many (entry, seed)s were needed in all, the pass's seconds, and
+    the compute seconds of the steps that ran."""
+    from components.core.errors import require
     from components.core.raytools import init_ray
-    from pipelines.stages.prepare import cold_entries
+    from pipelines.stages.prepare import PrepareBatch, cold_entries
 
     t0 = time.perf_counter()
-    spec = validate(cfg)
-    runs_dir = Path(cfg.get("runs_dir") or "runs").resolve()
-    missing, needed = cold_entries(spec, runs_dir)
-    status: dict[str, str] = {}
-    if missing:
-        info = init_ray(cfg["cluster"])
+    specs = [validate(cfg) for cfg in cfgs]
+    runs_dirs = {Path(cfg.get("runs_dir") or "runs").resolve() for cfg in cfgs}
+    require(len(runs_dirs) == 1, "runs_dir", sorted(map(str, runs_dirs)), "one runs_dir for every experiment of a pass")
+    runs_dir = runs_dirs.pop()
+    colds = [cold_entries(spec, runs_dir) for spec in specs]
+    built: dict[str, list[str]] = {}
+    compute_s = 0.0
+    if any(missing for missing, _ in colds):
+        info = init_ray(cfgs[0]["cluster"])
         try:
-            _, status, _ = prepare(spec, runs_dir, None, None, console)
+            batch = PrepareBatch(runs_dir)
+            for spec in specs:
+                batch.submit(spec, load_hits=False)
+            if console is not None and batch.pending:
+                console.print(f"[dim]prepare: building {len(batch.pending)} entries for "
+                              f"{', '.join(batch.built)}…[/dim]")
+            compute_s = sum(batch.collect().values())
+            built = batch.built
         finally:
             if info.get("mode") == "embedded":
                 shutdown_embedded()
-    return {"experiment": spec.name, "built": [k for k, v in status.items() if v == "miss"], "needed": needed,
-            "seconds": time.perf_counter() - t0}
+    return {"experiments": [spec.name for spec in specs], "built": built, "needed": sum(n for _, n in colds),
+            "seconds": time.perf_counter() - t0, "compute_s": compute_s}
 
 
 def shutdown_embedded() -> None:

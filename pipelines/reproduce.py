@@ -6,7 +6,9 @@ components/ module its techniques and prepare steps import, and dtlab's version 
 So an edit re-runs exactly the experiments it touches, like `dvc repro`. The experiments run one
 after another, each as its own `dtlab run` process (its output in RUNS_DIR/reproduce/logs/), under
 one progress view with an ETA from each experiment's last wall time; Ctrl-C stops the running one
-cleanly (its runs KILLED) and the next call resumes. Then RESULTS.md is written from the store, the
+cleanly (its runs KILLED) and the next call resumes. Before the runs, one prepare pass builds what
+every experiment's own configuration lacks in the shared cache (:func:`board_prepare`), so a cold
+board's prepare steps share the cores; each run's wall is then measured with a warm cache. Then RESULTS.md is written from the store, the
 same content goes to RUNS_DIR/reports/scoreboard.html and onto a `scoreboard` run in MLflow.
 
     dtlab reproduce                                  every experiment (full flavour) + RESULTS.md at the root
@@ -66,6 +68,8 @@ class Job:
     note: str = ""                 # e.g. variants whose own seeds a seed perturbation cannot move
     prepare_s: float | None = None  # its prepare pass (`dtlab prepare`), before the run and not in wall_s
     prepare_built: list[str] = field(default_factory=list)   # what that pass built (empty: the cache was warm)
+    prepare_pass: str = ""         # the board's shared pass that built for it (its id), "" for its own pass
+    prepare_shared: list[str] = field(default_factory=list)  # the experiments that shared that pass
 
     @property
     def key(self) -> str:
@@ -320,7 +324,7 @@ def prepare_command(job: Job, passthrough: list[str]) -> list[str]:
     return [sys.executable, "-m", "pipelines.cli", "prepare", *job.overrides, *passthrough, "--json"]
 
 
-def _child(cmd: list[str], log: Path, job: Job, tick, sample: bool) -> tuple[int, float]:
+def _child(cmd: list[str], log: Path, job: Job | None, tick, sample: bool) -> tuple[int, float]:
     """Run ``cmd`` in a child process (output to ``log``); (exit code, wall seconds). ``sample``: keep the
     peak memory of its process tree in ``job.peak_mb``. Ctrl-C is passed on to the child
     (:func:`stop_child`) and raised again once it has ended."""
@@ -339,7 +343,8 @@ def _child(cmd: list[str], log: Path, job: Job, tick, sample: bool) -> tuple[int
                 time.sleep(0.5)
         except KeyboardInterrupt:
             stop_child(child)
-            job.returncode = child.returncode
+            if job is not None:
+                job.returncode = child.returncode
             raise
     return child.returncode, time.time() - started
 
@@ -353,16 +358,18 @@ def run_job(job: Job, passthrough: list[str], log_dir: Path, tick) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{job.key.replace('/', '--')}.log"
     job.state, job.started, job.peak_mb = "preparing", time.time(), 0.0
-    try:
-        rc, job.prepare_s = _child(prepare_command(job, passthrough), log.with_suffix(".prepare.log"), job, tick, False)
-    except KeyboardInterrupt:
-        job.state, job.wall_s = "killed", None
-        raise
-    if rc != 0:
-        job.state, job.returncode = "failed", rc
-        job.note = f"its prepare pass failed (exit {rc}; {log.with_suffix('.prepare.log')})"
-        return rc
-    job.prepare_built = _pass_report(log.with_suffix(".prepare.log")).get("built", [])
+    if job.prepare_s is None:   # not covered by the board's shared pass (board_prepare)
+        try:
+            rc, job.prepare_s = _child(prepare_command(job, passthrough), log.with_suffix(".prepare.log"), job, tick,
+                                       False)
+        except KeyboardInterrupt:
+            job.state, job.wall_s = "killed", None
+            raise
+        if rc != 0:
+            job.state, job.returncode = "failed", rc
+            job.note = f"its prepare pass failed (exit {rc}; {log.with_suffix('.prepare.log')})"
+            return rc
+        job.prepare_built = _pass_report(log.with_suffix(".prepare.log")).get("built", [])
     job.state, job.started = "running", time.time()
     try:
         rc, job.wall_s = _child(job_command(job, passthrough), log, job, tick, True)
@@ -372,6 +379,45 @@ def run_job(job: Job, passthrough: list[str], log_dir: Path, tick) -> int:
     job.returncode = rc
     job.state = "done" if rc == 0 else "failed"
     return rc
+
+
+def board_prepare_command(tuned: list[Job], passthrough: list[str]) -> list[str]:
+    """The board's one prepare pass: `dtlab prepare experiment=a,b,...` with the flavour's overrides."""
+    return [sys.executable, "-m", "pipelines.cli", "prepare", "experiment=" + ",".join(j.experiment for j in tuned),
+            *tuned[0].overrides[1:], *passthrough, "--json"]
+
+
+def board_prepare(jobs: list[Job], passthrough: list[str], log_dir: Path, tick) -> int:
+    """One prepare pass (`dtlab prepare experiment=a,b,...`) for every experiment's own configuration
+    among ``jobs``, before any of them runs; its exit code. On a cold store each experiment's own pass
+    runs its steps alone: specreason's one LM step keeps one core busy for minutes and leaves the other
+    idle. In one pass the steps of all experiments share the cores and an entry two experiments share
+    is built once. Each covered job then skips its own pass and records this one: its seconds (the
+    pass's wall, shared), what it built first for that job, and the experiments that shared it. A failed
+    pass changes nothing: each job runs its own pass as before (and fails there, with its own log)."""
+    tuned = [j for j in jobs if not j.label]
+    if len(tuned) < 2:
+        return 0
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / "board.prepare.log"
+    cmd = board_prepare_command(tuned, passthrough)
+    for j in tuned:
+        j.state, j.started = "preparing", time.time()
+    try:
+        rc, secs = _child(cmd, log, None, tick, False)
+    finally:
+        for j in tuned:
+            j.state = "queued"
+    out = _pass_report(log) if rc == 0 else {}
+    if rc != 0 or not isinstance(out.get("built"), dict):
+        return rc or 1
+    built = {exp: labels for exp, labels in out["built"].items() if labels}
+    pass_id = f"board-{int(time.time())}"
+    for j in tuned:
+        j.prepare_s, j.prepare_built = (secs, built[j.experiment]) if j.experiment in built else (0.0, [])
+        if j.experiment in built:
+            j.prepare_pass, j.prepare_shared = pass_id, sorted(built)
+    return 0
 
 
 def _pass_report(log: Path) -> dict:
@@ -407,6 +453,9 @@ def _record(client, job: Job, flavour: str, machine: str) -> None:
     if job.prepare_s is not None:   # None: a cluster's job (no prepare pass: the run builds what it needs)
         client.log_metric(run.info.run_id, "reproduce.prepare_s", float(job.prepare_s))
         client.set_tag(run.info.run_id, "reproduce.prepare_built", ", ".join(job.prepare_built))
+        if job.prepare_pass:   # the board's shared pass: its seconds are the whole pass's, counted once
+            client.set_tag(run.info.run_id, "reproduce.prepare_pass", job.prepare_pass)
+            client.set_tag(run.info.run_id, "reproduce.prepare_shared", ", ".join(job.prepare_shared))
     client.set_tag(run.info.run_id, "dtlab.machine", machine)
 
 
@@ -571,7 +620,21 @@ def cmd_reproduce(args: list[str]) -> None:
                 if live is None and job.state != "queued":
                     console.print(f"{job.key}: {job.state}" + (f" in {job.wall_s:.0f}s" if job.wall_s else ""),
                                   highlight=False)
-        for i, job in enumerate([] if remote else todo):
+        if not remote and sum(not j.label for j in todo) > 1:
+            t_pass = time.time()
+            try:
+                rc = board_prepare(todo, passthrough, log_dir, tick)
+            except KeyboardInterrupt:
+                interrupted = True
+            if live is None and not interrupted:
+                covered = [j for j in todo if j.prepare_pass]
+                console.print(f"prepare: one pass for {sum(not j.label for j in todo)} experiments' own configurations"
+                              + (f" built {sum(len(j.prepare_built) for j in covered)} entries for "
+                                 f"{', '.join(j.experiment for j in covered)}" if covered else " found every entry cached")
+                              + f" in {time.time() - t_pass:.0f}s" + (f" (exit {rc}: each runs its own pass; log "
+                                                                      f"{log_dir / 'board.prepare.log'})" if rc else ""),
+                              highlight=False)
+        for i, job in enumerate([] if remote or interrupted else todo):
             if live is None:
                 console.print(f"[{i + 1}/{len(todo)}] {job.key}: running ({', '.join(job.why[:3])})"
                               + (f" ({job.note})" if job.note else ""), highlight=False)
@@ -588,7 +651,9 @@ def cmd_reproduce(args: list[str]) -> None:
                 console.print(f"[{i + 1}/{len(todo)}] {job.key}: {job.state}"
                               + (f" in {job.wall_s:.0f}s" if job.wall_s is not None else "")
                               + (f" (exit {rc}; log {log_dir})" if rc else "")
-                              + (f"; its prepare pass built {', '.join(job.prepare_built)} in {job.prepare_s:.0f}s, "
+                              + (f"; the board's prepare pass built {', '.join(job.prepare_built)} for it"
+                                 if job.prepare_pass else
+                                 f"; its prepare pass built {', '.join(job.prepare_built)} in {job.prepare_s:.0f}s, "
                                  "before the run" if job.prepare_built else ""), highlight=False)
             tick()
     finally:

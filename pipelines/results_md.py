@@ -65,12 +65,18 @@ def run_wall(run) -> float | None:
 
 def prepare_pass(run) -> dict[str, Any] | None:
     """What reproduce's prepare pass before the run built and how long it took (the run's wall is then
-    measured with a warm cache); None for a run made without one (its wall holds whatever it built)."""
+    measured with a warm cache); None for a run made without one (its wall holds whatever it built).
+    A pass the board shared (reproduce's one pass for several experiments) also has ``shared``: the
+    experiments it built for; its seconds are the whole pass's, the same on each of them."""
     secs = run.data.metrics.get("reproduce.prepare_s")
     if secs is None:
         return None
-    built = run.data.tags.get("reproduce.prepare_built", "")
-    return {"seconds": float(secs), "built": [b for b in built.split(", ") if b]}
+    tags = run.data.tags
+    built = tags.get("reproduce.prepare_built", "")
+    out = {"seconds": float(secs), "built": [b for b in built.split(", ") if b]}
+    if tags.get("reproduce.prepare_pass"):
+        out["shared"] = [e for e in tags.get("reproduce.prepare_shared", "").split(", ") if e]
+    return out
 
 
 def prepare_text(p: dict[str, Any] | None) -> str:
@@ -79,13 +85,37 @@ def prepare_text(p: dict[str, Any] | None) -> str:
         return ""
     if not p["built"]:
         return " (warm cache)"
+    if p.get("shared"):
+        return (f" (warm cache; its cold prepare, one pass before the runs shared by {len(p['shared'])} experiments: "
+                f"{duration(p['seconds'])})")
     return f" (warm cache; its cold prepare, a pass before the run: {duration(p['seconds'])})"
 
 
-def _parse_cold_prepare(section: list[str]) -> float | None:
-    """The cold prepare seconds a carried section's run line names, None if it names none."""
-    m = re.search(r"its cold prepare, a pass before the run: ([0-9hms]+)\)", _run_line(section) or "")
-    return _parse_duration(m.group(1)) if m else None
+def _parse_cold_prepare(section: list[str]) -> dict[str, Any] | None:
+    """The cold prepare a carried section's run line names ({seconds, and for a shared pass the number of
+    experiments that shared it}), None if it names none."""
+    line = _run_line(section) or ""
+    m = re.search(r"its cold prepare, a pass before the run: ([0-9hms]+)\)", line)
+    if m:
+        return {"seconds": _parse_duration(m.group(1))}
+    m = re.search(r"its cold prepare, one pass before the runs shared by (\d+) experiments: ([0-9hms]+)\)", line)
+    return {"seconds": _parse_duration(m.group(2)), "shared_n": int(m.group(1))} if m else None
+
+
+def cold_passes(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cold prepare passes behind ``entries`` (the model's experiments): {"own": {experiment:
+    seconds}, "shared": [{seconds, experiments}]}, a shared pass counted once however many it built for."""
+    own, shared = {}, {}
+    for e in entries:
+        p = e.get("prepare") or {}
+        if not p.get("built") or p.get("seconds") is None:
+            continue
+        if p.get("shared") or p.get("shared_n"):
+            key = (round(p["seconds"]), len(p["shared"]) if p.get("shared") else p["shared_n"])
+            shared.setdefault(key, {"seconds": p["seconds"], "experiments": []})["experiments"].append(e["name"])
+        else:
+            own[e["name"]] = p["seconds"]
+    return {"own": own, "shared": list(shared.values())}
 
 
 def duration(s: float | None) -> str:
@@ -239,7 +269,7 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
     out["dates"] = sorted(e["date"] for e in ran)
     out["machines"] = sorted({e["machine"] for e in ran if e["machine"]} | {m for e in ran for m in e.get("machines", ())})
     out["total_wall_s"] = sum(e["wall_s"] or 0.0 for e in ran)
-    out["cold_prepare_s"] = {e["name"]: e["prepare"]["seconds"] for e in ran if (e.get("prepare") or {}).get("built")}
+    out["cold_prepare"] = cold_passes(ran)
     versions = sorted({i.get("version", "") for i in out["inputs"].values()})
     out["dtlab_versions"] = versions
     return out
@@ -462,7 +492,7 @@ def _carried_entry(name: str, old: dict[str, Any], machines: list[str]) -> dict[
     k, n = row.pop("robustness_kn")
     cold = _parse_cold_prepare(old["section"])
     return {**run, **row, "stale": [], "machine": "", "machines": machines, "claims": [], "plots": [],
-            "prepare": {"seconds": cold, "built": ["(as the carried section says)"]} if cold is not None else None,
+            "prepare": {**cold, "built": ["(as the carried section says)"]} if cold is not None else None,
             "robustness": {"k": k, "n": n, "kept": None, "labels": sorted(runs), "runs": runs},
             "carried": {"row": _mark_row(name, old["row"]), "section": _mark_section(old["section"])}}
 
@@ -595,12 +625,17 @@ def render(model: dict[str, Any]) -> str:
 
 
 def _cold_text(model: dict[str, Any]) -> str:
-    """The header's note on cold prepares: the passes reproduce timed apart from the runs' walls."""
-    cold = model.get("cold_prepare_s") or {}
-    if not cold:
+    """The header's note on cold prepares: the passes reproduce timed apart from the runs' walls (a pass
+    the board shared counted once)."""
+    cold = model.get("cold_prepare") or {}
+    own, shared = cold.get("own") or {}, cold.get("shared") or []
+    if not own and not shared:
         return ""
+    parts = [f"one pass shared by {', '.join(sorted(p['experiments']))} {duration(p['seconds'])}" for p in shared]
+    parts += [f"{k} {duration(v)}" for k, v in sorted(own.items())]
+    total = sum(own.values()) + sum(p["seconds"] for p in shared)
     return (f" (runs with a warm prepare cache where reproduce ran a prepare pass first); cold prepare passes: "
-            f"{duration(sum(cold.values()))} ({', '.join(f'{k} {duration(v)}' for k, v in sorted(cold.items()))})")
+            f"{duration(total)} ({', '.join(parts)})")
 
 
 def _section(e: dict[str, Any]) -> list[str]:

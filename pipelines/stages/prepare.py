@@ -52,40 +52,87 @@ def _ctx(spec: ExperimentSpec, p: PrepareSpec, seed: Any, key: str, runs_dir: Pa
 def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str | None, console) -> tuple[dict, dict, float]:
     """Build (or load) what the selected variants need. Returns ({(entry, seed): object ref},
     {label: hit|miss}, compute seconds of the steps that ran). ``tracker`` None: nothing is tagged."""
-    import ray
-
-    cache = StageCache(runs_dir / "cache")
-    needed = spec.needed_prepare()
-    keys = entry_keys(spec, needed)
-    refs: dict[tuple[str, Any], Any] = {}
-    status: dict[str, str] = {}
-    pending: dict = {}
-    task = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, num_returns=2, max_retries=0)(run_step)
-    for p, seeds in needed:
-        for seed in seeds:
-            key = keys[(p.name, seed)]
-            label = p.name + (f"@{seed}" if seed is not None else "")
-            if cache.has(key):
-                refs[(p.name, seed)] = ray.put(cache.load(key))
-                status[label] = "hit"
-                continue
-            names = list(p.inputs)
-            ups = [refs[(p.inputs[n], seed if spec.entry(p.inputs[n]).seeded else None)] for n in names]
-            out_ref, secs_ref = task.options(name=f"{spec.name}:prepare:{label}").remote(
-                p.step, p.params, _ctx(spec, p, seed, key, runs_dir), names, *ups)
-            refs[(p.name, seed)] = out_ref
-            pending[label] = (out_ref, secs_ref, key)
-            status[label] = "miss"
-    if pending and console is not None:
-        console.print(f"[dim]prepare: building {', '.join(pending)}…[/dim]")
-    compute_s = 0.0
-    for label, (out_ref, secs_ref, key) in pending.items():
-        out, secs = ray.get([out_ref, secs_ref])
-        cache.save(key, out)
-        compute_s += secs
+    batch = PrepareBatch(runs_dir)
+    refs, status = batch.submit(spec)
+    if batch.pending and console is not None:
+        console.print(f"[dim]prepare: building {', '.join(batch.labels())}…[/dim]")
+    compute_s = sum(batch.collect().values())
     if status and tracker is not None:   # None: `dtlab prepare` (no MLflow run)
         tracker.set_tags(parent_id, {f"prepare.{k}.cache": v for k, v in status.items()})
     return refs, status, compute_s
+
+
+class PrepareBatch:
+    """The prepare entries of one or more experiments as Ray tasks in one session, keyed by cache
+    content: an entry that two experiments share (the same key: the DiT of the diffusion experiments)
+    is built once, and the entries of different experiments run side by side as CPUs free up. One
+    experiment's prepare stage is a batch of one; `dtlab prepare experiment=a,b,c` (what `dtlab
+    reproduce` runs once before a cold board) is a batch of many, so that an experiment whose
+    prepare is one long step does not leave the other cores idle for its whole length."""
+
+    def __init__(self, runs_dir: Path):
+        self.runs_dir, self.cache = runs_dir, StageCache(runs_dir / "cache")
+        self.pending: dict[str, tuple[Any, Any, str]] = {}   # key -> (output ref, seconds ref, first label)
+        self.built: dict[str, list[str]] = {}                 # experiment -> the labels it submitted first
+
+    def submit(self, spec: ExperimentSpec, load_hits: bool = True) -> tuple[dict, dict]:
+        """Submit what ``spec`` needs and the cache lacks (upstream first); ({(entry, seed): object ref},
+        {label: hit|miss}). An entry already submitted in this batch is a miss that shares its task.
+        ``load_hits`` False (a pass that only fills the cache): a cached entry is loaded only where a
+        missing one reads it, and its place in the returned refs is None otherwise."""
+        import ray
+
+        needed = spec.needed_prepare()
+        keys = entry_keys(spec, needed)
+        refs: dict[tuple[str, Any], Any] = {}
+        status: dict[str, str] = {}
+        task = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, num_returns=2, max_retries=0)(run_step)
+
+        def upstream(entry: tuple[str, Any]) -> Any:
+            if refs[entry] is None:   # a cache hit not loaded yet
+                refs[entry] = ray.put(self.cache.load(keys[entry]))
+            return refs[entry]
+
+        for p, seeds in needed:
+            for seed in seeds:
+                key = keys[(p.name, seed)]
+                label = p.name + (f"@{seed}" if seed is not None else "")
+                if key in self.pending:
+                    refs[(p.name, seed)], status[label] = self.pending[key][0], "miss"
+                    continue
+                if self.cache.has(key):
+                    refs[(p.name, seed)] = ray.put(self.cache.load(key)) if load_hits else None
+                    status[label] = "hit"
+                    continue
+                names = list(p.inputs)
+                ups = [upstream((p.inputs[n], seed if spec.entry(p.inputs[n]).seeded else None)) for n in names]
+                out_ref, secs_ref = task.options(name=f"{spec.name}:prepare:{label}").remote(
+                    p.step, p.params, _ctx(spec, p, seed, key, self.runs_dir), names, *ups)
+                refs[(p.name, seed)] = out_ref
+                self.pending[key] = (out_ref, secs_ref, label)
+                self.built.setdefault(spec.name, []).append(label)
+                status[label] = "miss"
+        return refs, status
+
+    def labels(self) -> list[str]:
+        return [label for _, _, label in self.pending.values()]
+
+    def collect(self) -> dict[str, float]:
+        """Wait for every submitted task, in the order they finish, and save each output to the cache
+        as it arrives; {key: the step's compute seconds}."""
+        import ray
+
+        by_ref = {out_ref: key for key, (out_ref, _, _) in self.pending.items()}
+        seconds: dict[str, float] = {}
+        waiting = list(by_ref)
+        while waiting:
+            (done,), waiting = ray.wait(waiting, num_returns=1)
+            key = by_ref[done]
+            out, secs = ray.get([done, self.pending[key][1]])
+            self.cache.save(key, out)
+            seconds[key] = secs
+        self.pending.clear()
+        return seconds
 
 
 def cold_entries(spec: ExperimentSpec, runs_dir: Path) -> tuple[list[str], int]:

@@ -43,3 +43,21 @@ def test_a_run_that_built_inside_its_own_prepare_stage_is_cold():
     # Assert
     assert (cold, secs) == (True, 42.0)
     assert bench.last_cold_prepare([_run(own_s=0.3)]) is None
+
+
+def _shared(pass_s, built, n):
+    run = _run(pass_s=pass_s, built=built)
+    run.data.tags.update({"reproduce.prepare_pass": "board-1", "reproduce.prepare_shared": ", ".join(f"e{i}" for i in range(n))})
+    return run
+
+
+def test_a_pass_the_board_shared_counts_once_in_the_cold_total():
+    # Prepare: three experiments whose newest cold prepare is the board's one 20-minute pass, one its own 95 s pass
+    bench = _bench()
+    passes = [bench.last_cold_pass([_shared(1200.0, "lm", 3)]), bench.last_cold_pass([_shared(1200.0, "dit", 3)]),
+              bench.last_cold_pass([_shared(1200.0, "data", 3)]), bench.last_cold_pass([_run(pass_s=95.0, built="x")])]
+    # Execute
+    total = bench.cold_total(passes)
+    # Assert: 1200 once, plus 95
+    assert total == 1295.0
+    assert bench.prepare_of(_shared(1200.0, "lm", 3)) == (True, 1200.0)

@@ -556,8 +556,57 @@ def test_a_run_after_a_cold_prepare_pass_says_so_and_the_header_sums_the_passes(
     # Assert: the wall is the run's (warm); the pass is named on the run line and summed in the header, also carried
     assert "wall 5m00s (warm cache; its cold prepare, a pass before the run: 1m35s)" in text
     assert "cold prepare passes: 1m35s (platform_probe 1m35s)" in text
-    assert carried["cold_prepare_s"] == {EXP: 95.0}
+    assert carried["cold_prepare"] == {"own": {EXP: 95.0}, "shared": []}
     assert "cold prepare passes: 1m35s" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_one_board_pass_prepares_every_experiment_and_each_skips_its_own(tmp_path, monkeypatch):
+    # Prepare: two experiments' own configurations and a perturbation; the board's pass built for one of them.
+    # An experiment's own pass would fail (exit 9): a job the board pass covered never starts one.
+    monkeypatch.setattr(reproduce, "board_prepare_command", lambda tuned, passthrough: [
+        sys.executable, "-c", "import json; print(json.dumps({'built': {'a': ['lm', 'data@0'], 'b': []}}))"])
+    monkeypatch.setattr(reproduce, "prepare_command", lambda job, passthrough: [sys.executable, "-c", "exit(9)"])
+    monkeypatch.setattr(reproduce, "job_command", lambda job, passthrough: [sys.executable, "-c", "pass"])
+    a, b = reproduce.Job("a", "", ["experiment=a"], None), reproduce.Job("b", "", ["experiment=b"], None)
+    pert = reproduce.Job("a", "other_seeds", ["experiment=a", "experiment.seeds=[5]"], None)
+    # Execute
+    rc = reproduce.board_prepare([a, b, pert], [], tmp_path / "logs", lambda: None)
+    rcs = [reproduce.run_job(j, [], tmp_path / "logs", lambda: None) for j in (a, b, pert)]
+    # Assert: a carries the pass (its seconds, what it built first, who shared it); b found its entries cached;
+    # the perturbation was not in the pass and ran its own (which failed here, as its command says)
+    assert rc == 0 and rcs == [0, 0, 9]
+    assert a.prepare_built == ["lm", "data@0"] and a.prepare_pass.startswith("board-") and a.prepare_shared == ["a"]
+    assert a.prepare_s is not None and a.prepare_s > 0
+    assert b.prepare_built == [] and b.prepare_s == 0.0 and not b.prepare_pass
+    assert pert.state == "failed" and "prepare pass failed" in pert.note
+
+
+def test_a_failed_board_pass_leaves_each_job_its_own_pass(tmp_path, monkeypatch):
+    # Prepare
+    monkeypatch.setattr(reproduce, "board_prepare_command", lambda tuned, passthrough: [sys.executable, "-c", "exit(2)"])
+    a, b = reproduce.Job("a", "", ["experiment=a"], None), reproduce.Job("b", "", ["experiment=b"], None)
+    # Execute
+    rc = reproduce.board_prepare([a, b], [], tmp_path / "logs", lambda: None)
+    # Assert: nothing recorded on the jobs, so each runs its own pass
+    assert rc == 2 and a.prepare_s is None and b.prepare_s is None and a.state == b.state == "queued"
+
+
+def test_a_shared_prepare_pass_is_counted_once_in_the_header_and_survives_carrying():
+    # Prepare: two experiments built in one 20-minute board pass, one in its own 95 s pass, one warm
+    shared = {"seconds": 1200.0, "built": ["lm"], "shared": ["a", "b"]}
+    entries = [{"name": "a", "prepare": shared}, {"name": "b", "prepare": {**shared, "built": ["dit"]}},
+               {"name": "c", "prepare": {"seconds": 95.0, "built": ["corpus"]}},
+               {"name": "d", "prepare": {"seconds": 0.0, "built": []}}]
+    # Execute
+    passes = results_md.cold_passes(entries)
+    text = results_md._cold_text({"cold_prepare": passes})
+    line = "Run `a` (`abc`) · code 1234567 · 2026-12-07 10:00 UTC · wall 5m00s" + results_md.prepare_text(shared)
+    parsed = results_md._parse_cold_prepare(["## a", "", line])
+    # Assert: 20m + 1m35s, the shared pass once; the run line says it was shared, and a carried section parses back
+    assert passes == {"own": {"c": 95.0}, "shared": [{"seconds": 1200.0, "experiments": ["a", "b"]}]}
+    assert "cold prepare passes: 21m35s (one pass shared by a, b 20m00s, c 1m35s)" in text
+    assert "one pass before the runs shared by 2 experiments: 20m00s" in results_md.prepare_text(shared)
+    assert parsed == {"seconds": 1200.0, "shared_n": 2}
 
 
 def test_a_second_ctrl_c_while_the_child_stops_never_leaves_it_running(tmp_path):
