@@ -209,8 +209,8 @@ def prepare_many(cfgs: list[dict], console=None) -> dict:
     share is built once, and the steps of different experiments share the CPUs. `dtlab reproduce` runs
     it once before the runs, so that a cold board pays about its prepare steps' CPU time over the cores
     rather than the sum of each experiment's longest chain of steps. Returns the experiments, {experiment:
-    the entries built for it first}, how many (entry, seed)s were needed in all, the pass's seconds, and
-    the compute seconds of the steps that ran."""
+    the entries built for it first}, how many (entry, seed)s were needed in all, the pass's seconds, the
+    compute seconds of the steps that ran, and those seconds per experiment (of the entries built for it)."""
     from components.core.errors import require
     from components.core.raytools import init_ray
     from pipelines.stages.prepare import PrepareBatch, cold_entries
@@ -222,7 +222,7 @@ def prepare_many(cfgs: list[dict], console=None) -> dict:
     runs_dir = runs_dirs.pop()
     colds = [cold_entries(spec, runs_dir) for spec in specs]
     built: dict[str, list[str]] = {}
-    compute_s = 0.0
+    by_experiment: dict[str, float] = {}
     if any(missing for missing, _ in colds):
         info = init_ray(cfgs[0]["cluster"])
         try:
@@ -232,13 +232,15 @@ def prepare_many(cfgs: list[dict], console=None) -> dict:
             if console is not None and batch.pending:
                 console.print(f"[dim]prepare: building {len(batch.pending)} entries for "
                               f"{', '.join(batch.built)}…[/dim]")
-            compute_s = sum(batch.collect().values())
+            for key, secs in batch.collect().items():
+                by_experiment[batch.owner[key]] = by_experiment.get(batch.owner[key], 0.0) + secs
             built = batch.built
         finally:
             if info.get("mode") == "embedded":
                 shutdown_embedded()
     return {"experiments": [spec.name for spec in specs], "built": built, "needed": sum(n for _, n in colds),
-            "seconds": time.perf_counter() - t0, "compute_s": compute_s}
+            "seconds": time.perf_counter() - t0, "compute_s": sum(by_experiment.values()),
+            "compute_by_experiment": by_experiment}
 
 
 def shutdown_embedded() -> None:

@@ -70,6 +70,7 @@ class Job:
     prepare_built: list[str] = field(default_factory=list)   # what that pass built (empty: the cache was warm)
     prepare_pass: str = ""         # the board's shared pass that built for it (its id), "" for its own pass
     prepare_shared: list[str] = field(default_factory=list)  # the experiments that shared that pass
+    prepare_compute_s: float | None = None   # in that pass, the compute seconds of the steps built for it
 
     @property
     def key(self) -> str:
@@ -412,11 +413,13 @@ def board_prepare(jobs: list[Job], passthrough: list[str], log_dir: Path, tick) 
     if rc != 0 or not isinstance(out.get("built"), dict):
         return rc or 1
     built = {exp: labels for exp, labels in out["built"].items() if labels}
+    compute = out.get("compute_by_experiment") or {}
     pass_id = f"board-{int(time.time())}"
     for j in tuned:
         j.prepare_s, j.prepare_built = (secs, built[j.experiment]) if j.experiment in built else (0.0, [])
         if j.experiment in built:
             j.prepare_pass, j.prepare_shared = pass_id, sorted(built)
+            j.prepare_compute_s = compute.get(j.experiment)
     return 0
 
 
@@ -456,6 +459,8 @@ def _record(client, job: Job, flavour: str, machine: str) -> None:
         if job.prepare_pass:   # the board's shared pass: its seconds are the whole pass's, counted once
             client.set_tag(run.info.run_id, "reproduce.prepare_pass", job.prepare_pass)
             client.set_tag(run.info.run_id, "reproduce.prepare_shared", ", ".join(job.prepare_shared))
+            if job.prepare_compute_s is not None:   # what its own steps cost inside the shared pass
+                client.log_metric(run.info.run_id, "reproduce.prepare_compute_s", float(job.prepare_compute_s))
     client.set_tag(run.info.run_id, "dtlab.machine", machine)
 
 

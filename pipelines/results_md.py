@@ -76,6 +76,8 @@ def prepare_pass(run) -> dict[str, Any] | None:
     out = {"seconds": float(secs), "built": [b for b in built.split(", ") if b]}
     if tags.get("reproduce.prepare_pass"):
         out["shared"] = [e for e in tags.get("reproduce.prepare_shared", "").split(", ") if e]
+        if run.data.metrics.get("reproduce.prepare_compute_s") is not None:
+            out["compute_s"] = float(run.data.metrics["reproduce.prepare_compute_s"])
     return out
 
 
@@ -86,8 +88,9 @@ def prepare_text(p: dict[str, Any] | None) -> str:
     if not p["built"]:
         return " (warm cache)"
     if p.get("shared"):
+        own = f"; its own steps {duration(p['compute_s'])} of compute" if p.get("compute_s") is not None else ""
         return (f" (warm cache; its cold prepare, one pass before the runs shared by {len(p['shared'])} experiments: "
-                f"{duration(p['seconds'])})")
+                f"{duration(p['seconds'])}{own})")
     return f" (warm cache; its cold prepare, a pass before the run: {duration(p['seconds'])})"
 
 
@@ -98,7 +101,8 @@ def _parse_cold_prepare(section: list[str]) -> dict[str, Any] | None:
     m = re.search(r"its cold prepare, a pass before the run: ([0-9hms]+)\)", line)
     if m:
         return {"seconds": _parse_duration(m.group(1))}
-    m = re.search(r"its cold prepare, one pass before the runs shared by (\d+) experiments: ([0-9hms]+)\)", line)
+    m = re.search(r"its cold prepare, one pass before the runs shared by (\d+) experiments: ([0-9hms]+)"
+                  r"(?:; its own steps [0-9hms]+ of compute)?\)", line)
     return {"seconds": _parse_duration(m.group(2)), "shared_n": int(m.group(1))} if m else None
 
 

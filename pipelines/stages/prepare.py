@@ -74,6 +74,7 @@ class PrepareBatch:
         self.runs_dir, self.cache = runs_dir, StageCache(runs_dir / "cache")
         self.pending: dict[str, tuple[Any, Any, str]] = {}   # key -> (output ref, seconds ref, first label)
         self.built: dict[str, list[str]] = {}                 # experiment -> the labels it submitted first
+        self.owner: dict[str, str] = {}                       # key -> the experiment that submitted it first
 
     def submit(self, spec: ExperimentSpec, load_hits: bool = True) -> tuple[dict, dict]:
         """Submit what ``spec`` needs and the cache lacks (upstream first); ({(entry, seed): object ref},
@@ -111,6 +112,7 @@ class PrepareBatch:
                 refs[(p.name, seed)] = out_ref
                 self.pending[key] = (out_ref, secs_ref, label)
                 self.built.setdefault(spec.name, []).append(label)
+                self.owner[key] = spec.name
                 status[label] = "miss"
         return refs, status
 

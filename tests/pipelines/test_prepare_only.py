@@ -57,6 +57,7 @@ def test_one_pass_for_two_experiments_builds_a_shared_entry_once_and_says_for_wh
     # Assert: each shared entry was built once, for the first experiment that needs it; nothing is left to build
     assert out["experiments"] == ["pass_a", "pass_b"] and out["needed"] == 6
     assert out["built"] == {"pass_a": ["table", "draw@0", "draw@1"]} and out["compute_s"] >= 0
+    assert list(out["compute_by_experiment"]) == ["pass_a"]     # the shared steps' seconds go to who built them
     assert len([p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".work")]) == 3
     assert [o["built"] for o in after] == [[], []]
 

@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -564,7 +565,8 @@ def test_one_board_pass_prepares_every_experiment_and_each_skips_its_own(tmp_pat
     # Prepare: two experiments' own configurations and a perturbation; the board's pass built for one of them.
     # An experiment's own pass would fail (exit 9): a job the board pass covered never starts one.
     monkeypatch.setattr(reproduce, "board_prepare_command", lambda tuned, passthrough: [
-        sys.executable, "-c", "import json; print(json.dumps({'built': {'a': ['lm', 'data@0'], 'b': []}}))"])
+        sys.executable, "-c", "import json; print(json.dumps({'built': {'a': ['lm', 'data@0'], 'b': []}, "
+                              "'compute_by_experiment': {'a': 42.0}}))"])
     monkeypatch.setattr(reproduce, "prepare_command", lambda job, passthrough: [sys.executable, "-c", "exit(9)"])
     monkeypatch.setattr(reproduce, "job_command", lambda job, passthrough: [sys.executable, "-c", "pass"])
     a, b = reproduce.Job("a", "", ["experiment=a"], None), reproduce.Job("b", "", ["experiment=b"], None)
@@ -576,7 +578,7 @@ def test_one_board_pass_prepares_every_experiment_and_each_skips_its_own(tmp_pat
     # the perturbation was not in the pass and ran its own (which failed here, as its command says)
     assert rc == 0 and rcs == [0, 0, 9]
     assert a.prepare_built == ["lm", "data@0"] and a.prepare_pass.startswith("board-") and a.prepare_shared == ["a"]
-    assert a.prepare_s is not None and a.prepare_s > 0
+    assert a.prepare_s is not None and a.prepare_s > 0 and a.prepare_compute_s == 42.0
     assert b.prepare_built == [] and b.prepare_s == 0.0 and not b.prepare_pass
     assert pert.state == "failed" and "prepare pass failed" in pert.note
 
@@ -593,19 +595,24 @@ def test_a_failed_board_pass_leaves_each_job_its_own_pass(tmp_path, monkeypatch)
 
 def test_a_shared_prepare_pass_is_counted_once_in_the_header_and_survives_carrying():
     # Prepare: two experiments built in one 20-minute board pass, one in its own 95 s pass, one warm
-    shared = {"seconds": 1200.0, "built": ["lm"], "shared": ["a", "b"]}
+    shared = {"seconds": 1200.0, "built": ["lm"], "shared": ["a", "b"], "compute_s": 453.0}
     entries = [{"name": "a", "prepare": shared}, {"name": "b", "prepare": {**shared, "built": ["dit"]}},
                {"name": "c", "prepare": {"seconds": 95.0, "built": ["corpus"]}},
                {"name": "d", "prepare": {"seconds": 0.0, "built": []}}]
+    recorded = SimpleNamespace(data=SimpleNamespace(
+        metrics={"reproduce.prepare_s": 1200.0, "reproduce.prepare_compute_s": 453.0},
+        tags={"reproduce.prepare_built": "lm", "reproduce.prepare_pass": "board-1", "reproduce.prepare_shared": "a, b"}))
     # Execute
     passes = results_md.cold_passes(entries)
     text = results_md._cold_text({"cold_prepare": passes})
     line = "Run `a` (`abc`) · code 1234567 · 2026-12-07 10:00 UTC · wall 5m00s" + results_md.prepare_text(shared)
     parsed = results_md._parse_cold_prepare(["## a", "", line])
     # Assert: 20m + 1m35s, the shared pass once; the run line says it was shared, and a carried section parses back
+    assert results_md.prepare_pass(recorded) == shared     # what reproduce's _record leaves on the run
     assert passes == {"own": {"c": 95.0}, "shared": [{"seconds": 1200.0, "experiments": ["a", "b"]}]}
     assert "cold prepare passes: 21m35s (one pass shared by a, b 20m00s, c 1m35s)" in text
-    assert "one pass before the runs shared by 2 experiments: 20m00s" in results_md.prepare_text(shared)
+    assert ("one pass before the runs shared by 2 experiments: 20m00s; its own steps 7m33s of compute)"
+            in results_md.prepare_text(shared))
     assert parsed == {"seconds": 1200.0, "shared_n": 2}
 
 
