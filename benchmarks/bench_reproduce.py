@@ -45,25 +45,20 @@ def prepare_of(run) -> tuple[bool, float | None]:
 
 def _prepare_pass_of(run) -> tuple[bool, float | None, tuple | None]:
     """:func:`prepare_of` and the pass's identity where the board shared it (counted once in a sum)."""
-    from pipelines.results_md import prepare_pass
+    from pipelines.results_md import prepare_pass, shared_pass_key
 
     p = prepare_pass(run)
     if p is not None:
-        shared = (round(p["seconds"]), len(p["shared"])) if p.get("shared") else None
-        return bool(p["built"]), p["seconds"], shared
+        return bool(p["built"]), p["seconds"], shared_pass_key(p)
     tags = run.data.tags
     cold = any(k.startswith("prepare.") and k.endswith(".cache") and v == "miss" for k, v in tags.items())
     return cold, run.data.metrics.get("platform.prepare_s"), None
 
 
-def last_cold_prepare(runs) -> float | None:
-    """Seconds of the newest cold prepare among ``runs`` (newest first): what a fresh store pays
-    before the experiment, even where the latest run found the cache warm. None if none was cold."""
-    return (last_cold_pass(runs) or (None, None))[0]
-
-
 def last_cold_pass(runs) -> tuple[float, tuple | None] | None:
-    """(seconds, identity of the board's shared pass or None) of the newest cold prepare among ``runs``."""
+    """(seconds, identity of the board's shared pass or None) of the newest cold prepare among ``runs`` (newest
+    first): what a fresh store pays before the experiment, even where the latest run found the cache warm. None if
+    none was cold."""
     return next(((secs, shared) for cold, secs, shared in map(_prepare_pass_of, runs) if cold and secs is not None),
                 None)
 

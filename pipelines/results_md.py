@@ -106,6 +106,14 @@ def _parse_cold_prepare(section: list[str]) -> dict[str, Any] | None:
     return {"seconds": _parse_duration(m.group(2)), "shared_n": int(m.group(1))} if m else None
 
 
+def shared_pass_key(p: dict[str, Any]) -> tuple[int, int] | None:
+    """Which board pass a prepare (:func:`prepare_pass`, or a carried section's) was, None for an experiment's own
+    pass: (its rounded seconds, how many experiments shared it), all a carried run line keeps of it."""
+    if not (p.get("shared") or p.get("shared_n")):
+        return None
+    return round(p["seconds"]), len(p["shared"]) if p.get("shared") else p["shared_n"]
+
+
 def cold_passes(entries: list[dict[str, Any]]) -> dict[str, Any]:
     """The cold prepare passes behind ``entries`` (the model's experiments): {"own": {experiment:
     seconds}, "shared": [{seconds, experiments}]}, a shared pass counted once however many it built for."""
@@ -114,8 +122,8 @@ def cold_passes(entries: list[dict[str, Any]]) -> dict[str, Any]:
         p = e.get("prepare") or {}
         if not p.get("built") or p.get("seconds") is None:
             continue
-        if p.get("shared") or p.get("shared_n"):
-            key = (round(p["seconds"]), len(p["shared"]) if p.get("shared") else p["shared_n"])
+        key = shared_pass_key(p)
+        if key is not None:
             shared.setdefault(key, {"seconds": p["seconds"], "experiments": []})["experiments"].append(e["name"])
         else:
             own[e["name"]] = p["seconds"]

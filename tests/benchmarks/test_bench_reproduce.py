@@ -29,7 +29,7 @@ def test_cold_prepare_of_an_older_run_counts_when_the_latest_was_warm():
     bench = _bench()
     runs = [_run(pass_s=1.5), _run(own_s=0.4), _run(pass_s=369.0, built="lms, large"), _run(pass_s=500.0, built="lms")]
     # Execute
-    last = bench.last_cold_prepare(runs)
+    last = bench.last_cold_pass(runs)[0]
     # Assert: the newest cold one; a warm pass and a cache hit are not cold
     assert last == 369.0
     assert bench.prepare_of(runs[0]) == (False, 1.5) and bench.prepare_of(runs[1]) == (False, 0.4)
@@ -42,7 +42,7 @@ def test_a_run_that_built_inside_its_own_prepare_stage_is_cold():
     cold, secs = bench.prepare_of(_run(own_s=42.0, missed=True))
     # Assert
     assert (cold, secs) == (True, 42.0)
-    assert bench.last_cold_prepare([_run(own_s=0.3)]) is None
+    assert bench.last_cold_pass([_run(own_s=0.3)]) is None
 
 
 def _shared(pass_s, built, n):
