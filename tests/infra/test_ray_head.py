@@ -169,6 +169,20 @@ def test_up_rejects_unknown_keys_and_bad_ports():
     assert "--dashboard-host=127.0.0.1" in cmd and "--metrics-export-port=8080" in cmd and "--num-cpus=2" in cmd
 
 
+def test_the_heads_agent_port_is_not_the_one_every_embedded_session_takes():
+    # Prepare: Ray's fixed agent HTTP port, which ray.init gives every embedded session's agent
+    from ray._private.ray_constants import DEFAULT_DASHBOARD_AGENT_LISTEN_PORT
+
+    from pipelines.cluster import cluster_config, head_command
+
+    # Execute
+    cmd = head_command(cluster_config([]))
+
+    # Assert: a run with cluster.attach=false beside the head would wait out its agent's bind retries
+    assert f"--dashboard-agent-listen-port={DEFAULT_DASHBOARD_AGENT_LISTEN_PORT}" not in cmd
+    assert any(c.startswith("--dashboard-agent-listen-port=") for c in cmd)
+
+
 @pytest.mark.slow
 def test_up_run_attaches_down_stops_only_that_head(tmp_path):
     """A real head on private ports and temp dir; a debug run attaches to it; down ends it."""
