@@ -46,6 +46,16 @@ def test_layer_rates_measure_full_compute_and_change_nothing(model):
     assert all(v > 0 for r in probe.rates for v in r)
 
 
+def test_lockstep_is_one_for_blocks_whose_change_moves_together_at_any_scale():
+    # Prepare: three blocks, the second a scaled copy of the first, the third moving against them
+    first = [0.1, 0.05, 0.02, 0.04]
+    scaled, against = [10 * v for v in first], [0.02, 0.04, 0.1, 0.05]
+    # Execute / Assert
+    assert bud.lockstep([first, scaled]) == pytest.approx(1.0)
+    assert bud.lockstep([first, scaled, against]) < 0
+    assert math.isnan(bud.lockstep([first])) and math.isnan(bud.lockstep([[0.1, 0.2], [0.3, 0.1]]))
+
+
 def test_curve_reports_every_policy_at_every_budget(model, prepared_inputs, monkeypatch):
     from components.core.context import RunContext
 
@@ -71,6 +81,7 @@ def test_curve_reports_every_policy_at_every_budget(model, prepared_inputs, monk
     assert m["max_skip_dev"] == pytest.approx(max(devs))
     rates = [m[f"layer_rate_{l}"] for l in range(4)]
     assert m["layer_rate_spread"] == pytest.approx(max(rates) / min(rates))
+    assert -1.0 <= m["layer_rate_corr"] <= 1.0
     assert "plots/budget_curve.png" in res.files
 
 

@@ -18,7 +18,11 @@ policy's evaluated skip fraction from its budget: the comparison is at equal com
 
 The premise: ``layer_rate_spread``, the largest over the smallest of the blocks' mean relative change
 between consecutive steps of a full-compute sample (``layer_rate_<l>`` each). Equal rates leave
-per-layer thresholds nothing to adapt to.
+per-layer thresholds nothing to adapt to. Beside it, ``layer_rate_corr``: the smallest correlation
+between two blocks' log change per step over the steps. Foresight sets each block's threshold from its
+own change at the end of warm-up, so scale differences between blocks cancel; only blocks whose
+change moves differently over the steps (a low correlation) give per-layer decisions something a
+single threshold could not do.
 """
 from __future__ import annotations
 
@@ -103,12 +107,24 @@ class BudgetParams(ForesightParams):
         require(self.rate_samples >= 1, "rate_samples", self.rate_samples, "a positive number of samples")
 
 
-def layer_rates(model, ref, seed: int, n: int, skip_first: int) -> list[float]:
-    """Each block's mean relative change per step over a full-compute sample of ``n`` draws."""
+def layer_rates(model, ref, seed: int, n: int, skip_first: int) -> tuple[list[float], float]:
+    """Each block's mean relative change per step over a full-compute sample of ``n`` draws, and the
+    smallest correlation between two blocks' log change over the steps (nan with fewer than 2 blocks or
+    3 steps)."""
     noise, y = draw(7_000 + seed, n, model, ref["size"])
     probe = LayerRates(skip_first)
     sample(model, noise, y, ref["steps"], ref["cfg_scale"], probe)
-    return [float(np.mean(r)) if r else math.nan for r in probe.rates]
+    return [float(np.mean(r)) if r else math.nan for r in probe.rates], lockstep(probe.rates)
+
+
+def lockstep(rates: list[list[float]]) -> float:
+    """The smallest correlation between two blocks' log change over the steps (``rates[l][t]``): 1 when
+    every block's change rises and falls together, whatever their scales; nan with fewer than 2 blocks
+    or 3 steps."""
+    logs = np.log(np.asarray(rates, dtype=float))
+    if logs.ndim != 2 or logs.shape[0] < 2 or logs.shape[1] < 3:
+        return math.nan
+    return float(np.corrcoef(logs)[np.triu_indices(logs.shape[0], 1)].min())
 
 
 
@@ -119,9 +135,10 @@ def layer_rates(model, ref, seed: int, n: int, skip_first: int) -> list[float]:
 def run_budget_curve(p: BudgetParams, ctx) -> Result:
     torch.set_num_threads(1)
     model, ref, clf = load_dit(ctx.input("model")), ctx.input("reference"), load_classifier(ctx.input("classifier"))
-    rates = layer_rates(model, ref, ctx.seed, p.rate_samples, skip_first=p.warmup)
+    rates, corr = layer_rates(model, ref, ctx.seed, p.rate_samples, skip_first=p.warmup)
     m: dict = {f"layer_rate_{l}": r for l, r in enumerate(rates)}
     m["layer_rate_spread"] = max(rates) / min(rates) if min(rates) > 0 else math.nan
+    m["layer_rate_corr"] = corr
     series = {"layer_rate": (list(range(len(rates))), rates, "block")}
     budgets = sorted(p.budgets)
     if not budgets:
