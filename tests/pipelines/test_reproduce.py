@@ -616,6 +616,27 @@ def test_a_shared_prepare_pass_is_counted_once_in_the_header_and_survives_carryi
     assert parsed == {"seconds": 1200.0, "shared_n": 2}
 
 
+def test_ctrl_c_during_the_board_pass_stops_it_and_records_nothing_on_the_jobs(tmp_path, monkeypatch):
+    # Prepare: a board pass that writes its pid and would run a minute; Ctrl-C arrives at the first tick
+    import psutil
+
+    pid_file = tmp_path / "pass.pid"
+    monkeypatch.setattr(reproduce, "board_prepare_command", lambda tuned, passthrough: [
+        sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"])
+    a, b = reproduce.Job("a", "", ["experiment=a"], None), reproduce.Job("b", "", ["experiment=b"], None)
+
+    def tick():
+        if pid_file.exists() and pid_file.read_text():
+            raise KeyboardInterrupt
+
+    # Execute
+    with pytest.raises(KeyboardInterrupt):
+        reproduce.board_prepare([a, b], [], tmp_path / "logs", tick)
+    # Assert: the pass's process is gone; each job is queued again with no pass recorded (the next reproduce resumes)
+    assert not psutil.pid_exists(int(pid_file.read_text())) or psutil.Process(int(pid_file.read_text())).status() == "zombie"
+    assert a.state == b.state == "queued" and a.prepare_s is None and b.prepare_s is None and not a.prepare_pass
+
+
 def test_a_second_ctrl_c_while_the_child_stops_never_leaves_it_running(tmp_path):
     # Prepare: a child that takes 0.5 s to stop after SIGTERM; its wait is interrupted once (a second Ctrl-C)
     import subprocess

@@ -143,6 +143,16 @@ def test_prepare_is_built_for_the_calls_seed(tiny_prep):
     assert not np.array_equal(tiny_prep["split"].x_test, other["split"].x_test)
 
 
+def test_settings_that_differ_only_in_the_small_model_share_one_large_model(tiny_prep):
+    from components.serving.gatekeeper.prepare import DigitsCascadeParams, prepare_digits_cascade
+
+    # Execute: the *_overconf setting's small model (wider, longer stage 1) on the same seed and large-model params
+    wide = prepare_digits_cascade(DigitsCascadeParams(small_hidden=32, small_epochs=1, large_epochs=2), RunContext(seed=0))
+    # Assert: the same large CNN, weight for weight, and a different small model
+    assert all(torch.equal(a, wide["large_state"][k]) for k, a in tiny_prep["large_state"].items())
+    assert tiny_prep["small_state"]["net.0.weight"].shape != wide["small_state"]["net.0.weight"].shape
+
+
 def test_arms_share_one_schedule(tiny_prep):
     from components.serving.gatekeeper.technique import (BaselineParams, GatekeeperParams, SweepParams,
                                                          run_alpha_sweep, run_cascade_baseline, run_gatekeeper)
