@@ -114,6 +114,7 @@ def group_options() -> dict[str, list[str]]:
 
 # root keys of conf/config.yaml worth a line in `dtlab run --help` (the rest is internal plumbing)
 _ROOT_KEYS = {"debug": "true: the experiment's tiny debug flavour (tests, CI); claims are expected to fail",
+              "flavour": "full (default) | debug | paper: the papers' sizes, for GPU nodes (README \"On GPUs\")",
               "only": "a subset of variants, e.g. only=[ef21,cgd]",
               "runs_dir": "caches, the MLflow DB, artifacts and Hydra logs (default: runs/)",
               "objective": "what a sweep optimises (default: claims held)",
@@ -178,7 +179,7 @@ def cmd_list(args: list[str]) -> None:
             exp = exp if isinstance(exp, dict) else {}
             variants = exp.get("variants") or {}
             t.add_row(path.stem, str(exp.get("family", "")), str(exp.get("summary", "")), ", ".join(variants),
-                      _rel(path, ROOT))
+                      _rel(path, ROOT) + (" (+ flavour=paper)" if exp.get("paper") else ""))
         console.print(t)
     for kind, what in KINDS.items():
         if wanted not in (None, kind):
@@ -209,20 +210,24 @@ def list_experiment(name: str, console, overrides: list[str] = ()) -> None:
 
     from components.core.errors import ConfigError
     from pipelines import config
+    from pipelines.experiment import flavour_label, paper_notes
     from pipelines.preflight import checked_jobs
 
     bad = [a for a in overrides if "=" not in a]
     if bad:
         _die(f"list {name}: {bad[0]!r} is not an override KEY=VALUE; usage: {HELP['list'].splitlines()[0]}")
     try:
-        _job, cfg, spec = next(checked_jobs([f"experiment={name}", *overrides], multirun=False))
+        _job, cfg, spec = next(checked_jobs([f"experiment={name}", *overrides], multirun=False, devices=False))
     except ConfigError as e:
         _die(str(e))
-    console.print(f"[bold]{spec.name}[/] ({spec.family}){' · DEBUG flavour' if cfg.get('debug') else ''}: "
+    console.print(f"[bold]{spec.name}[/] ({spec.family}){flavour_label(spec)}: "
                   f"{escape(spec.summary)}\n"
                   f"config {_rel(config.CONF_DIR / 'experiment' / (name + '.yaml'), config.ROOT)} · seeds {spec.seeds}"
                   + (f" · overrides {escape(' '.join(overrides))}" if overrides else "")
-                  + f" · run: dtlab run experiment={name} [debug=true] (--dry-run: every param with its default)")
+                  + escape(f" · run: dtlab run experiment={name} [debug=true] (--dry-run: every param with its default)")
+                  + (" · flavour=paper: the papers' sizes" if "paper" in spec.raw else ""))
+    for line in paper_notes(spec):
+        console.print(escape(line), style="yellow")
     t = Table(title=f"{name}: variants")
     for c in ("variant", "technique", "role", "seeds", "inputs"):
         t.add_column(c, overflow="fold")

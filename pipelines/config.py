@@ -217,7 +217,9 @@ def _resolved(cfg, overrides: list[str]) -> dict[str, Any]:
     except OmegaConfBaseException as e:
         raise _hydra_error(e, overrides) from None
     plain["_overrides"] = list(overrides)  # so debug=true lets these win over its own values
-    return plain  # type: ignore[return-value]
+    from pipelines.experiment import normalise_flavour
+
+    return normalise_flavour(plain)  # type: ignore[return-value]
 
 
 def compose(overrides: list[str]) -> dict[str, Any]:

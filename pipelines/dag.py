@@ -24,7 +24,7 @@ from pathlib import Path
 
 from components.core.interrupts import Terminated, _received, terminate_as_interrupt  # noqa: F401 - re-exported
 from components.core.tracker import Tracker, resolve_tracking_uri
-from pipelines.experiment import ExperimentSpec, build_spec, overridden_keys, parse_only
+from pipelines.experiment import ExperimentSpec, build_spec, flavour_of, overridden_keys, parse_only
 from pipelines.inputs import HASH_ERROR_TAG
 from pipelines.outcome import PARENT_TAG, RunOutcome, VariantOutcome, error_text  # noqa: F401 - re-exported
 from pipelines.stages.evaluate import comparison, judge, reach
@@ -58,22 +58,23 @@ class _TimedTracker:
         return timed
 
 
-def validate(cfg: dict) -> ExperimentSpec:
-    """Check the whole composed config; raises ConfigError. Nothing is started."""
+def validate(cfg: dict, devices: bool = True) -> ExperimentSpec:
+    """Check the whole composed config; raises ConfigError. Nothing is started. ``devices=False``: the
+    device request is checked for itself, not against the GPUs on offer here (:func:`check_devices`)."""
     from components.core.errors import ConfigError, require
 
     for key in ("experiment", "cluster", "tracking"):
         require(isinstance(cfg.get(key), dict), key, cfg.get(key), "a config group selection")
     require(bool(cfg["tracking"].get("uri")) or bool(os.environ.get("MLFLOW_TRACKING_URI")), "tracking.uri",
             cfg["tracking"].get("uri"), "a tracking URI (or set MLFLOW_TRACKING_URI)")
-    if not isinstance(cfg.get("debug", False), bool):
-        raise ConfigError("debug", cfg.get("debug"), "true or false")
+    flavour = flavour_of(cfg)
     from components.core.raytools import check_cluster
 
     check_cluster(cfg["cluster"])
-    spec = build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=parse_only(cfg.get("only")),
+    spec = build_spec(cfg["experiment"], flavour=flavour, only=parse_only(cfg.get("only")),
                       overridden=overridden_keys(cfg.get("_overrides")))
-    check_devices(spec, cfg["cluster"])
+    if devices:
+        check_devices(spec, cfg["cluster"])
     return spec
 
 
@@ -116,14 +117,15 @@ def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str
             log.warning("%d run(s) of %s left RUNNING by a driver that is gone: marked FAILED", len(stale), spec.name)
     except Exception as e:  # noqa: BLE001 - housekeeping never stops a run
         log.warning("stale-run check failed: %s", e)
-    run_name = parent_run_name(spec.name, cfg, time.strftime('%Y%m%d-%H%M%S'))  # a multirun job: by its overrides
+    run_name = parent_run_name(spec.name + ("-paper" if spec.flavour == "paper" else ""), cfg,
+                               time.strftime('%Y%m%d-%H%M%S'))  # a multirun job: by its overrides
     try:  # flavour, subset and input hash: what `dtlab reproduce` and the scoreboard compare
         from pipelines.inputs import run_tags
 
         input_tags, inputs = run_tags(spec, cfg)
     except Exception as e:  # noqa: BLE001 - a run without an input hash is only never "current"
         log.warning("input hash not recorded: %s", e)
-        input_tags = {"dtlab.flavour": "debug" if cfg.get("debug") else "full",
+        input_tags = {"dtlab.flavour": spec.flavour,
                       HASH_ERROR_TAG: f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:250]}
         inputs = None
     parent_id = tracker.start_run(exp_id, run_name, tags={**input_tags,
@@ -134,7 +136,7 @@ def _open_parent_run(tracker, spec: ExperimentSpec, cfg: dict) -> tuple[str, str
         **({"mlflow.parentRunId": cfg["sweep_run_id"], "dtlab.sweep_run_id": cfg["sweep_run_id"],
             "optuna.trial": str(cfg.get("sweep_trial"))} if cfg.get("sweep_run_id") else {})})
     try:
-        tracker.log_params(parent_id, {"experiment": spec.raw, "debug": bool(cfg.get("debug")),
+        tracker.log_params(parent_id, {"experiment": spec.raw, "debug": bool(cfg.get("debug")), "flavour": spec.flavour,
                                        "cluster": cfg["cluster"], "seeds": spec.seeds})
         tracker.log_text(parent_id, to_yaml({k: v for k, v in cfg.items() if k != "hydra"}), "config.yaml")
         if inputs is not None:
@@ -312,6 +314,11 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
     reinstall_signals()
     if console is not None and ray_info.get("summary"):
         console.print(f"[dim]{ray_info['summary']}[/dim]")
+    if console is not None:
+        from pipelines.experiment import paper_notes
+
+        for line in paper_notes(spec):
+            console.print(line, style="yellow", markup=False, highlight=False)
     ray_tags = {**ray_info.get("tags", {}), **({"ray.dashboard": ray_info["dashboard_url"]}
                                                 if ray_info.get("dashboard_url") else {})}
     if ray_tags:  # the dashboard, and the `dtlab up` head's checkout, environment and commit

@@ -21,6 +21,8 @@ An experiment config (conf/experiment/NAME.yaml) holds::
     robustness: {perturbation: [hydra override, ...]}  # off-tuned re-checks (`dtlab robustness`)
     reach:     {metric: {series: curve, target: variant.metric, below: true}}   # time to a target
     debug:     {dotted.key: value}    # the tiny flavour (merged deeply); variants.X: null drops X
+    paper:     {estimate: {flops, minutes, memory_gb, basis},   # the paper-scale flavour, for a GPU
+                set: {dotted.key: value}}                           # node: applied as ``debug`` is
 
 :func:`build_spec` turns that into an :class:`ExperimentSpec` (every params block parsed once,
 defaults filled in) or raises ConfigError naming the key, the value and what is allowed.
@@ -42,7 +44,7 @@ from components.core.registry import get_prepare_step, get_technique
 
 ROLES = ("technique", "baseline", "control")
 _TOP_KEYS = {"name", "family", "summary", "seeds", "resources", "device", "axes", "prepare", "common", "variants", "claims",
-             "report", "debug", "robustness", "reach"}
+             "report", "debug", "paper", "robustness", "reach"}
 _VARIANT_KEYS = {"technique", "role", "params", "seeds", "inputs", "over"}
 _CLAIM_KEYS = {"holds", "paper", "measured", "gate", "over", "at_least", "premise", "premise_measured", "kind",
                "noise", "repeat"}
@@ -123,6 +125,7 @@ class ExperimentSpec:
     claim_kinds: dict[str, str] = field(default_factory=dict)   # claim name -> one of CLAIM_KINDS
     device: str = "auto"               # auto | cpu | cuda (components.core.devices)
     num_gpus: float = 0.0              # GPUs per Ray task, node actor and Ray Train worker
+    flavour: str = "full"              # full | debug | paper: which block was applied (FLAVOURS)
 
     @property
     def seed(self) -> int:
@@ -195,20 +198,122 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def debug_dropped(exp: dict) -> set[str]:
-    """Variants the ``debug`` block drops with ``variants.NAME: null`` (claims on them show "not run")."""
-    return {str(k).split(".", 1)[1] for k, v in (exp.get("debug") or {}).items()
+FLAVOURS = ("full", "debug", "paper")
+# what the paper flavour's stated GPU time assumes: sustained fp32 (no TF32) on one H100 SXM, about a third of
+# its 67 TFLOP/s fp32 peak (small kernels, no fusion); ``minutes`` (wall, on ``gpus`` GPUs) = flops / (gpus x
+# this) / 60, which tests check
+PAPER_SUSTAINED_FLOPS = 22e12
+_ESTIMATE_KEYS = {"flops", "minutes", "memory_gb", "basis"}      # and optionally gpus (default 1)
+
+
+def flavour_overrides(flavour: str) -> list[str]:
+    """The command-line overrides that select a flavour (what reproduce and the board pass on)."""
+    require(flavour in FLAVOURS, "flavour", flavour, "one of " + ", ".join(FLAVOURS))
+    return {"full": [], "debug": ["debug=true"], "paper": ["flavour=paper"]}[flavour]
+
+
+def flavour_of(cfg: dict) -> str:
+    """The run's flavour from the root keys ``flavour`` (full | debug | paper) and ``debug``
+    (``debug=true`` is ``flavour=debug``, kept as its short form); ConfigError on a bad pair."""
+    flavour, debug = cfg.get("flavour") or "full", cfg.get("debug", False)
+    require(flavour in FLAVOURS, "flavour", flavour, "one of " + ", ".join(FLAVOURS))
+    require(isinstance(debug, bool), "debug", debug, "true or false")
+    if debug and flavour == "paper":
+        raise ConfigError("debug", debug, f"false with flavour={flavour} (a run has one flavour)")
+    return "debug" if debug else flavour
+
+
+def normalise_flavour(cfg: dict) -> dict:
+    """Write the flavour into both root keys (``flavour``, and ``debug`` true exactly for debug), so
+    code reading either agrees."""
+    cfg["flavour"] = flavour_of(cfg)
+    cfg["debug"] = cfg["flavour"] == "debug"
+    return cfg
+
+
+def flavour_block(exp: dict, flavour: str) -> dict:
+    """The dotted overrides a flavour applies: the ``debug`` block, the ``paper`` block's ``set``."""
+    if flavour == "debug":
+        block = exp.get("debug") or {}
+        require(isinstance(block, dict), "experiment.debug", block, "a mapping: dotted.key -> value")
+        return block
+    if flavour == "paper":
+        paper = exp.get("paper")
+        require(isinstance(paper, dict), "flavour", "paper",
+                f"a flavour this experiment has (experiment {exp.get('name')!r} has no paper block; "
+                "`dtlab list` marks the experiments that do)")
+        return paper_block(paper)["set"]
+    return {}
+
+
+def paper_block(paper: Any) -> dict:
+    """The ``paper`` block checked: ``estimate`` (flops, minutes, memory_gb: positive numbers;
+    basis: the count behind them) and ``set`` (dotted keys, as in ``debug``)."""
+    key = "experiment.paper"
+    require(isinstance(paper, dict), key, paper, "a mapping with estimate and set")
+    extra = sorted(set(paper) - {"estimate", "set"})
+    if extra:
+        raise ConfigError(f"{key}.{extra[0]}", paper[extra[0]], "unknown key; allowed: estimate, set")
+    est, sets = paper.get("estimate"), paper.get("set")
+    require(isinstance(sets, dict) and sets, f"{key}.set", sets, "a mapping: dotted.key -> value (the paper's sizes)")
+    require(isinstance(est, dict), f"{key}.estimate", est, "a mapping: flops, minutes, memory_gb, basis")
+    missing = sorted(_ESTIMATE_KEYS - set(est))
+    extra = sorted(set(est) - _ESTIMATE_KEYS - {"gpus"})
+    if missing or extra:
+        k = (missing or extra)[0]
+        raise ConfigError(f"{key}.estimate.{k}", est.get(k), "the keys flops, minutes, memory_gb, basis (and gpus)")
+    gpus = est.get("gpus", 1)
+    require(isinstance(gpus, int) and not isinstance(gpus, bool) and 1 <= gpus <= 64, f"{key}.estimate.gpus", gpus,
+            "an integer in [1, 64]: the GPUs the flavour needs at once (default 1)")
+    for k in ("flops", "minutes", "memory_gb"):
+        v = est[k]
+        require(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, f"{key}.estimate.{k}", v,
+                "a positive number")
+    require(isinstance(est["basis"], str) and est["basis"].strip(), f"{key}.estimate.basis", est["basis"],
+            "the FLOP and memory count the estimate comes from, in words")
+    return paper
+
+
+def flavour_label(spec) -> str:
+    """What the lines naming a run add for its flavour: "" (full), " · DEBUG flavour", " · PAPER flavour"."""
+    return "" if spec.flavour == "full" else f" · {spec.flavour.upper()} flavour"
+
+
+def paper_notes(spec) -> list[str]:
+    """For a paper-flavour spec: its estimate, and the variants whose technique runs on cpu only (they
+    run there, a GPU held or not, until the technique declares cuda). [] in the other flavours."""
+    from components.core.registry import get_technique
+
+    if spec.flavour != "paper":
+        return []
+    est = spec.raw["paper"]["estimate"]
+    gpus = est.get("gpus", 1)
+    out = [f"paper flavour: about {est['minutes']:g} minutes and {est['memory_gb']:g} GB per GPU on {gpus} "
+           f"GPU{'s' if gpus > 1 else ''} ({est['flops']:.2g} FLOPs at {PAPER_SUSTAINED_FLOPS / 1e12:g} TFLOP/s "
+           f"sustained per GPU; {est['basis']})"]
+    cpu_only = sorted({v.technique for v in spec.variants if "cuda" not in get_technique(v.technique).devices})
+    if cpu_only:
+        out.append("paper flavour: technique(s) " + ", ".join(cpu_only) + " run on cpu only (they declare no cuda "
+                   "device yet), so their variants run on cpu whatever GPUs the run holds")
+    return out
+
+
+def debug_dropped(exp: dict, flavour: str = "debug") -> set[str]:
+    """Variants the flavour's block drops with ``variants.NAME: null`` (claims on them show "not run")."""
+    return {str(k).split(".", 1)[1] for k, v in flavour_block(exp, flavour).items()
             if v is None and str(k).startswith("variants.") and str(k).count(".") == 1}
 
 
-def apply_debug(exp: dict, keep: set[str] = frozenset()) -> dict:
-    """Apply the experiment's ``debug`` block (dotted keys) to a copy of it. A mapping value merges
-    into the mapping it names (other keys kept); ``variants.X: null`` marks variant X to be
-    skipped (see :func:`debug_dropped`), it does not erase its definition. Keys in ``keep``
-    (dotted keys the command line set) are not overwritten."""
+def apply_debug(exp: dict, keep: set[str] = frozenset(), flavour: str = "debug") -> dict:
+    """Apply the experiment's ``debug`` block (``flavour="paper"``: its ``paper`` block's ``set``;
+    dotted keys) to a copy of it. A mapping value merges into the mapping it names (other keys
+    kept); ``variants.X: null`` marks variant X to be skipped (see :func:`debug_dropped`), it does
+    not erase its definition. Keys in ``keep`` (dotted keys the command line set) are not overwritten."""
     exp = copy.deepcopy(exp)
-    dropped = debug_dropped(exp)
-    for dotted, value in (exp.get("debug") or {}).items():
+    block = flavour_block(exp, flavour)
+    where = "debug" if flavour == "debug" else "paper.set"
+    dropped = debug_dropped(exp, flavour)
+    for dotted, value in block.items():
         dotted = str(dotted)
         if value is None and dotted.startswith("variants.") and dotted.split(".", 1)[-1] in dropped:
             continue
@@ -216,7 +321,7 @@ def apply_debug(exp: dict, keep: set[str] = frozenset()) -> dict:
         parts = dotted.split(".")
         for p in parts[:-1]:
             if not isinstance(node.get(p), dict):
-                raise ConfigError(f"experiment.debug.{dotted}", value, f"a path into the experiment ('{p}' is not a mapping)")
+                raise ConfigError(f"experiment.{where}.{dotted}", value, f"a path into the experiment ('{p}' is not a mapping)")
             node = node[p]
         last = parts[-1]
         if isinstance(value, dict) and isinstance(node.get(last), dict):
@@ -311,11 +416,13 @@ def parse_only(only: Any) -> list[str] | None:
 
 
 def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
-               overridden: set[str] = frozenset()) -> ExperimentSpec:
+               overridden: set[str] = frozenset(), flavour: str | None = None) -> ExperimentSpec:
     """Validate an experiment mapping (already resolved to plain Python) into a spec.
 
-    ``overridden``: dotted keys below ``experiment.`` set on the command line; with ``debug``
-    they win over the debug block's values."""
+    ``flavour``: full, debug or paper (``debug=True`` is ``flavour="debug"``). ``overridden``: dotted
+    keys below ``experiment.`` set on the command line; they win over the flavour block's values."""
+    flavour = flavour or ("debug" if debug else "full")
+    require(flavour in FLAVOURS, "flavour", flavour, "one of " + ", ".join(FLAVOURS))
     require(isinstance(exp, dict), "experiment", exp, "a mapping")
     if "seed" in exp:
         raise ConfigError("experiment.seed", exp["seed"], "replaced by the seed axis: experiment.seeds=[...] "
@@ -323,13 +430,16 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
     unknown = sorted(set(exp) - _TOP_KEYS)
     if unknown:
         raise ConfigError(f"experiment.{unknown[0]}", exp[unknown[0]], "unknown key; allowed: " + ", ".join(sorted(_TOP_KEYS)))
+    if exp.get("paper") is not None:
+        paper_block(exp["paper"])    # checked in every flavour, so a bad block never waits for a GPU node
     dropped: set[str] = set()
-    if debug:
-        dropped = debug_dropped(exp)
+    if flavour != "full":
+        dropped = debug_dropped(exp, flavour)
         unknown_drop = sorted(dropped - set(exp.get("variants") or {}))
         if unknown_drop:
-            raise ConfigError(f"experiment.debug.variants.{unknown_drop[0]}", None, "a variant of this experiment to drop")
-        exp = apply_debug(exp, keep=set(overridden))
+            where = "debug" if flavour == "debug" else "paper.set"
+            raise ConfigError(f"experiment.{where}.variants.{unknown_drop[0]}", None, "a variant of this experiment to drop")
+        exp = apply_debug(exp, keep=set(overridden), flavour=flavour)
     name = exp.get("name")
     require(isinstance(name, str) and name, "experiment.name", name, "a non-empty string")
     seeds = _check_seeds(exp.get("seeds", [0]), "experiment.seeds")
@@ -405,7 +515,7 @@ def build_spec(exp: dict, debug: bool = False, only: list[str] | None = None,
     return ExperimentSpec(name, str(exp.get("family", "")), str(exp.get("summary", "")), seeds, float(num_cpus),
                           nodes, float(node_cpus), max_parallel, prepares, variants, claims, report, axes, raw=exp,
                           reach=reach, claim_kinds={n: str(c.get("kind", "empirical")) for n, c in claim_defs.items()},
-                          device=device, num_gpus=num_gpus)
+                          device=device, num_gpus=num_gpus, flavour=flavour)
 
 
 def _build_reach(block: Any, names: set[str]) -> list[Reach]:

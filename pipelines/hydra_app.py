@@ -19,8 +19,9 @@ def main(cfg: DictConfig) -> float:
 
     from components.core.verbosity import apply_verbose
     from pipelines import dag
+    from pipelines.experiment import normalise_flavour
 
-    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain = normalise_flavour(OmegaConf.to_container(cfg, resolve=True))   # preflight has checked it
     apply_verbose(plain)  # Ray and Serve at WARNING unless verbose=true (also for jobs of a multirun)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     plain["_job"] = HydraConfig.get().job.num if multirun else ""

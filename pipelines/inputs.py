@@ -67,13 +67,39 @@ def _normalised(obj: Any) -> Any:
     return json.loads(text)
 
 
-def config_hash(experiment: dict, debug: bool, only: list[str] | None, legacy: bool = False) -> str:
-    """Hash of the resolved config a run reads. The full flavour leaves out the ``debug:`` block, which
-    a full run never reads, so a debug configuration (the tests' size) can change without making the
-    board stale. ``legacy``: the hash as records made before that carry it (the whole experiment)."""
-    if not debug and not legacy:
-        experiment = {k: v for k, v in experiment.items() if k != "debug"}
-    blob = json.dumps({"experiment": _normalised(experiment), "flavour": "debug" if debug else "full",
+def _flavour(flavour: bool | str) -> str:
+    """A flavour name; ``True`` / ``False`` (the older ``debug`` argument) are debug / full."""
+    return flavour if isinstance(flavour, str) else ("debug" if flavour else "full")
+
+
+def _without_defaults(experiment: dict) -> dict:
+    """The experiment without the device keys conf/config.yaml gives every experiment at their
+    defaults (``device: auto``, ``resources.num_gpus: 0``): a run reads the same either way, so a
+    config that spells them out hashes as one that does not (the records before they existed)."""
+    out = dict(experiment)
+    if out.get("device") == "auto":
+        del out["device"]
+    res = out.get("resources")
+    if isinstance(res, dict) and "num_gpus" in res and res["num_gpus"] == 0 and not isinstance(res["num_gpus"], bool):
+        res = {k: v for k, v in res.items() if k != "num_gpus"}
+        if res:
+            out["resources"] = res
+        else:
+            del out["resources"]
+    return out
+
+
+def config_hash(experiment: dict, flavour: bool | str, only: list[str] | None, legacy: bool = False) -> str:
+    """Hash of the resolved config a run reads. A flavour leaves out the other flavours' blocks, which
+    it never reads: the full flavour the ``debug:`` and ``paper:`` blocks, so a debug configuration
+    (the tests' size) or the paper's sizes can change without making the board stale. ``legacy``:
+    the full flavour's hash as records made before that carry it (the debug block in)."""
+    flavour = _flavour(flavour)
+    unread = {"full": {"debug", "paper"}, "debug": {"paper"}, "paper": {"debug"}}[flavour]
+    if legacy and flavour == "full":
+        unread = {"paper"}
+    experiment = _without_defaults({k: v for k, v in experiment.items() if k not in unread})
+    blob = json.dumps({"experiment": _normalised(experiment), "flavour": flavour,
                        "only": sorted(only or [])}, sort_keys=True, default=str)
     return _sha(blob.encode())
 
@@ -104,7 +130,7 @@ def module_path(module: str) -> str | None:
         return None
 
 
-def of_spec(spec, experiment: dict, debug: bool, only: list[str] | None) -> Inputs:
+def of_spec(spec, experiment: dict, debug: bool | str, only: list[str] | None) -> Inputs:
     """The inputs of a validated spec (what a run records and what reproduce compares)."""
     files = {}
     for m in code_modules(spec):
@@ -118,23 +144,21 @@ def of_spec(spec, experiment: dict, debug: bool, only: list[str] | None) -> Inpu
 
 
 def of_config(cfg: dict) -> Inputs:
-    """The inputs of a composed, resolved config (``cfg["experiment"]``, ``debug``, ``only``)."""
-    from pipelines.experiment import parse_only
-    from pipelines.experiment import build_spec, overridden_keys
+    """The inputs of a composed, resolved config (``cfg["experiment"]``, its flavour, ``only``)."""
+    from pipelines.experiment import build_spec, flavour_of, overridden_keys, parse_only
 
-    only = parse_only(cfg.get("only"))
-    spec = build_spec(cfg["experiment"], debug=bool(cfg.get("debug")), only=only,
-                      overridden=overridden_keys(cfg.get("_overrides")))
-    return of_spec(spec, cfg["experiment"], bool(cfg.get("debug")), only)
+    only, flavour = parse_only(cfg.get("only")), flavour_of(cfg)
+    spec = build_spec(cfg["experiment"], flavour=flavour, only=only, overridden=overridden_keys(cfg.get("_overrides")))
+    return of_spec(spec, cfg["experiment"], flavour, only)
 
 
 def run_tags(spec, cfg: dict) -> tuple[dict[str, str], Inputs]:
     """The tags a parent run carries (flavour, subset, input and config hashes), and its inputs."""
-    from pipelines.experiment import parse_only
+    from pipelines.experiment import flavour_of, parse_only
 
-    only = parse_only(cfg.get("only"))
-    inputs = of_spec(spec, cfg["experiment"], bool(cfg.get("debug")), only)
-    tags = {FLAVOUR_TAG: "debug" if cfg.get("debug") else "full", HASH_TAG: inputs.digest, CONFIG_TAG: inputs.config}
+    only, flavour = parse_only(cfg.get("only")), flavour_of(cfg)
+    inputs = of_spec(spec, cfg["experiment"], flavour, only)
+    tags = {FLAVOUR_TAG: flavour, HASH_TAG: inputs.digest, CONFIG_TAG: inputs.config}
     if only:
         tags[SUBSET_TAG] = ",".join(only)
     return tags, inputs

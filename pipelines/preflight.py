@@ -120,10 +120,11 @@ def check(overrides: list[str], multirun: bool) -> dict:
     return first
 
 
-def checked_jobs(overrides: list[str], multirun: bool):
+def checked_jobs(overrides: list[str], multirun: bool, devices: bool = True):
     """Every job the command would run, composed and validated, as (its overrides, its config,
     its ExperimentSpec); raises ConfigError at the first bad one. runs_dir is checked once every
-    job passed (a generator: a large grid is never held in memory at once)."""
+    job passed (a generator: a large grid is never held in memory at once). ``devices=False``: the
+    GPUs asked for are not held against this machine's (`dtlab list` describes, it runs nothing)."""
     from components.core.errors import ConfigError
     from pipelines import config, dag
 
@@ -134,7 +135,7 @@ def checked_jobs(overrides: list[str], multirun: bool):
         if not isinstance(cfg.get("verbose", False), bool):  # before the tracking store is touched
             raise ConfigError("verbose", cfg.get("verbose"), "true or false")
         try:
-            spec = dag.validate(cfg)
+            spec = dag.validate(cfg, devices=devices)
         except ConfigError as e:
             raise as_typed(e, cfg, job) from None
         if first is None:
@@ -152,7 +153,7 @@ def as_typed(e, cfg: dict, job: list[str]):
     import re
 
     from components.core.errors import ConfigError
-    from pipelines.experiment import apply_debug, overridden_keys
+    from pipelines.experiment import apply_debug, flavour_of, overridden_keys
 
     m = re.fullmatch(r"experiment\.variants\.([^.]+)\.params\.(.+)", e.key)
     exp = cfg.get("experiment")
@@ -160,8 +161,9 @@ def as_typed(e, cfg: dict, job: list[str]):
         return e
     variant, path = m.groups()
     try:
-        if cfg.get("debug") is True:
-            exp = apply_debug(exp, keep=overridden_keys(job))
+        flavour = flavour_of(cfg)
+        if flavour != "full":
+            exp = apply_debug(exp, keep=overridden_keys(job), flavour=flavour)
     except ConfigError:
         return e
     v = (exp.get("variants") or {}).get(variant)
@@ -254,15 +256,15 @@ def describe(job: list[str], cfg: dict, spec) -> list[str]:
     role, seeds, inputs, params with the technique's defaults filled in) and the claims, each
     with whether this selection can judge it."""
     from components.core.claims import referenced_variants
-    from pipelines.experiment import resolved
+    from pipelines.experiment import flavour_label, paper_notes, resolved
 
     res = f"num_cpus {spec.num_cpus:g} per task, nodes {spec.nodes}" + (
         f" ({spec.node_cpus:g} CPUs each)" if spec.nodes and spec.node_cpus else "") + (
         f", max_parallel {spec.max_parallel}" if spec.max_parallel else "") + (
         f", num_gpus {spec.num_gpus:g} per task" if spec.num_gpus else "") + f", device {spec.device}"
-    out = [f"{spec.name} ({spec.family}){' · DEBUG flavour' if cfg.get('debug') else ''}: {spec.summary}",
+    out = [f"{spec.name} ({spec.family}){flavour_label(spec)}: {spec.summary}",
            "overrides: " + (" ".join(job) or "(none)"),
-           f"seeds: {spec.seeds} · resources: {res} · runs_dir: {cfg.get('runs_dir')}"]
+           f"seeds: {spec.seeds} · resources: {res} · runs_dir: {cfg.get('runs_dir')}", *paper_notes(spec)]
     needed = spec.needed_prepare()
     out.append(f"prepare ({len(needed)} step(s), upstream first; cached by content under runs_dir/cache):")
     for p, seeds in needed:

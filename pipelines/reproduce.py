@@ -20,6 +20,8 @@ same content goes to RUNS_DIR/reports/scoreboard.html and onto a `scoreboard` ru
     dtlab reproduce --check [RESULTS.md]             is the file current for this checkout? (exit 1: stale)
     dtlab reproduce --flavour debug                  the tiny debug configurations (tests the mechanism;
                                                      RESULTS.md then goes to RUNS_DIR, marked DEBUG)
+    dtlab reproduce --flavour paper                  the papers' sizes of the experiments with a paper block,
+                                                     on a GPU node (README "On GPUs"); RESULTS.md to RUNS_DIR
     dtlab reproduce --results PATH                   write RESULTS.md there instead (what it carries: PATH's own file)
     dtlab reproduce --results PATH --from RESULTS.md carry from the committed board, e.g. to render it elsewhere
     dtlab reproduce cluster=remote tracking=server   each one a Ray job on the cluster (RAY_ADDRESS: its dashboard)
@@ -42,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 from components.core.provenance import ROOT
+from pipelines.experiment import FLAVOURS
 from pipelines.preflight import _die
 
 USAGE = __doc__.split("\n\n", 1)[1]
-FLAVOURS = ("full", "debug")
 _FLAGS = ("--force", "--dry-run", "--robustness")
 
 
@@ -139,14 +141,20 @@ def select(opts: dict[str, Any]) -> list[str]:
         if key == "cluster.address":
             _die(f"{key}={value!r}: reproduce finds the cluster by RAY_ADDRESS (cluster=remote: its dashboard, "
                  "http://HEAD:8265, where Ray's job API listens)")
-        if key in ("debug", "only", "robustness") or key.startswith("experiment.") or key == "hparams_search":
+        if key in ("debug", "flavour", "only", "robustness") or key.startswith("experiment.") or key == "hparams_search":
             _die(f"{key}={value!r}: reproduce runs each experiment's own configuration; allowed: runs_dir=, "
-                 "tracking=, tracking.*, cluster.* (use --flavour debug for the debug flavour)")
+                 "tracking=, tracking.*, cluster.* (use --flavour debug|paper for another flavour)")
     unknown = [e for e in opts["experiments"] if e not in names]
     if unknown:
         _die(f"experiment={unknown[0]!r}: one of " + ", ".join(names))
     raw = raw_experiments()
     chosen = opts["experiments"] or names
+    if opts["flavour"] == "paper":
+        with_paper = [n for n in names if raw[n].get("paper")]
+        bare = [n for n in opts["experiments"] if n not in with_paper]
+        if bare:
+            _die(f"--flavour paper: experiment {bare[0]!r} has no paper block; the ones that do: " + ", ".join(with_paper))
+        chosen = opts["experiments"] or with_paper
     if opts["family"]:
         families = sorted({str(r.get("family", "")) for r in raw.values()})
         if opts["family"] not in families:
@@ -171,7 +179,9 @@ def plan_jobs(experiments: list[str], opts: dict[str, Any]) -> list[Job]:
     from pipelines import config
     from pipelines.inputs import of_config
 
-    flavour = ["debug=true"] if opts["flavour"] == "debug" else []
+    from pipelines.experiment import flavour_overrides
+
+    flavour = flavour_overrides(opts["flavour"])
     jobs = []
     for exp in experiments:
         own = [f"experiment={exp}", *flavour]
@@ -566,8 +576,8 @@ def cmd_reproduce(args: list[str]) -> None:
 
         address = reproduce_cluster.jobs_address()
         reproduce_cluster.check_store(uri, address)
-    if opts["results"] and opts["flavour"] == "debug" and Path(opts["results"]).resolve() == ROOT / "RESULTS.md":
-        _die("--results: a debug board is never written to the repository's RESULTS.md; give another path")
+    if opts["results"] and opts["flavour"] != "full" and Path(opts["results"]).resolve() == ROOT / "RESULTS.md":
+        _die(f"--results: a {opts['flavour']} board is never written to the repository's RESULTS.md; give another path")
     t0 = time.time()
     try:
         jobs = plan_jobs(experiments, opts)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from components.core.provenance import ROOT
+from pipelines.experiment import flavour_overrides
 from pipelines.inputs import upgraded
 from pipelines.scoreboard import perturbation_status
 
@@ -269,7 +270,7 @@ def build(client, flavour: str = "full", experiments: list[str] | None = None, c
             recorded = art.json(run.info.run_id, "inputs.json")
             if recorded:
                 out["inputs"][exp] = {**upgraded(recorded, now_of(exp)), "overrides": [f"experiment={exp}"]
-                                      + (["debug=true"] if flavour == "debug" else [])}
+                                      + flavour_overrides(flavour)}
             if plots_dir is not None:
                 entry["plots"] = _copy_plots(client, run.info.run_id, plots_dir / exp, base)
         out["experiments"].append(entry)

@@ -133,12 +133,13 @@ def current_inputs(experiment: str, flavour: str = "full"):
     experiment with no config here (or one that no longer validates)."""
     from components.core.errors import ConfigError
     from pipelines import config
+    from pipelines.experiment import flavour_overrides
     from pipelines.inputs import of_config
 
     if experiment not in config.experiment_names():
         return None
     try:
-        return of_config(config.compose([f"experiment={experiment}"] + (["debug=true"] if flavour == "debug" else [])))
+        return of_config(config.compose([f"experiment={experiment}"] + flavour_overrides(flavour)))
     except ConfigError:
         return None
 

@@ -96,11 +96,30 @@ def _dtlab_command(entrypoint: str) -> list[str]:
     return argv
 
 
-def test_raycluster_manifest():
-    doc = _load(KUBERAY / "raycluster.yaml")
+@pytest.mark.parametrize("name", ["raycluster.yaml", "raycluster-gpu.yaml"])
+def test_raycluster_manifest(name):
+    doc = _load(KUBERAY / name)
     _check_header(doc, "RayCluster", "raycluster")
     images = _check_cluster_spec(_req(doc, "spec", dict, "raycluster"), "raycluster.spec")
     assert len(set(images)) == 1, f"head and workers must run one image: {set(images)}"
+
+
+def test_gpu_cluster_offers_ray_the_gpus_its_pods_request():
+    """Ray's num-gpus per worker pod equals the nvidia.com/gpu the pod requests and is limited to (the
+    device plugin hands out whole GPUs), and every pod runs the CUDA image the Dockerfile builds."""
+    # Prepare
+    spec = _load(KUBERAY / "raycluster-gpu.yaml")["spec"]
+    dockerfile = (ROOT / "infra" / "docker" / "Dockerfile").read_text()
+    # Execute
+    groups = spec["workerGroupSpecs"]
+    # Assert
+    assert groups and spec["headGroupSpec"]["rayStartParams"].get("num-gpus") == "0"
+    for g in groups:
+        res = g["template"]["spec"]["containers"][0]["resources"]
+        offered = int(g["rayStartParams"]["num-gpus"])
+        assert offered >= 1 and res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] == str(offered)
+        assert g["template"]["spec"]["containers"][0]["image"].endswith("-gpu")
+    assert "ARG BASE=" in dockerfile and "ARG TORCH_INDEX=" in dockerfile and "py311-gpu" in dockerfile
 
 
 def test_rayjob_manifest_runs_the_laptop_command():
@@ -162,10 +181,12 @@ def test_every_cluster_definition_authenticates_and_keeps_the_dashboard_on_loopb
     from ray.autoscaler._private.util import prepare_config
 
     cluster = _load(KUBERAY / "raycluster.yaml")["spec"]
+    gpu = _load(KUBERAY / "raycluster-gpu.yaml")["spec"]
     job = _load(KUBERAY / "rayjob.yaml")["spec"]["rayClusterSpec"]
-    for where, spec in (("raycluster", cluster), ("rayjob", job)):
+    for where, spec in (("raycluster", cluster), ("raycluster-gpu", gpu), ("rayjob", job)):
         assert spec.get("authOptions", {}).get("mode") == "token", f"{where}: authOptions.mode must be token"
     assert cluster["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    assert gpu["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
     cfg = prepare_config(_load(ROOT / "infra" / "ray" / "cluster.yaml"))
     starts = [c for c in cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"] if "ray start" in c]
     assert starts and all("RAY_AUTH_MODE=token" in c for c in starts), starts
