@@ -303,6 +303,9 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
 
             check_gpus(spec.num_gpus, ray.cluster_resources().get("GPU", 0.0))
             phases.mark("ray_init")
+            from pipelines.stages.execute import spawn
+
+            spawned = spawn(spec, spec.max_parallel)   # its processes start while MLflow opens and prepare runs
         except BaseException as e:
             try:
                 tracker, _, parent_id = opening.result()
@@ -332,7 +335,7 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
         outcomes = execute(spec, inputs, tracker, exp_id, parent_id, runs_dir, console, open_runs,
                            max_points=cfg["tracking"].get("max_series_points"),
                            keep_board_s=float(cfg["cluster"].get("metrics_linger_s") or 0.0),
-                           max_parallel=spec.max_parallel)
+                           max_parallel=spec.max_parallel, spawned=spawned)
         phases.mark("execute")
         reach(spec, outcomes, tracker)
         claims, rows = judge(spec, outcomes), comparison(spec, outcomes)
@@ -378,6 +381,9 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
             print_timing(console, outcome)
         return outcome
     except BaseException as e:
+        from pipelines.stages.execute import release
+
+        release(spawned)   # a run that failed before or inside execute leaves no actor behind in a shared session
         status = "KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED"
         reason = error_text(e)
         if status == "KILLED":

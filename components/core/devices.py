@@ -73,8 +73,8 @@ def resolve(device: str, gpu_ids: list[Any] | None = None, runs_on: tuple[str, .
 
     ``gpu_ids``: the GPUs Ray gave this task (``ray.get_gpu_ids()``; None outside Ray)."""
     require(device in DEVICES, "device", device, "one of " + ", ".join(DEVICES))
-    if device == "cpu":
-        return "cpu"
+    if device == "cpu" or (device == "auto" and not (gpu_ids and "cuda" in runs_on)):
+        return "cpu"   # without asking torch: a task of a cpu-only (or numpy) technique never imports it for this
     have = cuda_count() > 0
     if device == "cuda":
         if not have:

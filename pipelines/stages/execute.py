@@ -117,23 +117,59 @@ def _variant_tags(spec: ExperimentSpec, v: VariantSpec) -> dict:
     return tags
 
 
-def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id: str, runs_dir: Path,
-            console, open_runs: set[str], max_points: int | None = None,
-            keep_board_s: float = 0.0, max_parallel: int | None = None) -> dict[str, VariantOutcome]:
-    """Dispatch every (variant, seed) task (at most ``max_parallel`` in flight; default: as many as
-    the cluster's CPUs fit); log each run as its result arrives."""
+def _import_modules(modules: list[str]) -> int:
+    """A task worker started ahead of the run's first tasks, with their techniques' modules imported."""
+    import importlib
+
+    for m in modules:
+        importlib.import_module(m)
+    return os.getpid()
+
+
+def in_flight(spec: ExperimentSpec, max_parallel: int | None = None) -> int:
+    """How many (variant, seed) tasks the driver keeps in flight: ``max_parallel``, else as many as the
+    cluster's CPUs fit. Ray hands a task's CPU back while it blocks in ray.get (on its actors), and would
+    then start every remaining task at once."""
     import ray
-    from ray.exceptions import RayError
+
+    return max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1) // max(spec.num_cpus, 1e-9)))
+
+
+def spawn(spec: ExperimentSpec, max_parallel: int | None = None) -> dict:
+    """Start the processes :func:`execute` will use, without waiting for any: the progress board, the node
+    actors, and one task worker per slot in flight with the first tasks' modules imported. Called right
+    after Ray is up, their start-up (about half a CPU-second each, plus torch's import) overlaps the
+    MLflow parent run and the prepare stage instead of following them."""
+    import ray
 
     from components.core.raytools import start_nodes
-    from pipelines.live import LiveTable
 
     board = ray.remote(num_cpus=0)(Board).remote(spec.name)
     nodes = start_nodes(spec.nodes, spec.node_cpus, f"{spec.name}-node") if spec.nodes else None
+    slots = min(in_flight(spec, max_parallel), sum(len(v.seeds) for v in spec.variants))
+    first = [v for v in spec.variants for _ in v.seeds][:slots]
+    warm = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_retries=0)(_import_modules)
+    workers = [warm.options(name=f"{spec.name}:start-up").remote([get_technique(v.technique).fn.__module__])
+               for v in first]
+    return {"board": board, "nodes": nodes, "workers": workers}
+
+
+def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id: str, runs_dir: Path,
+            console, open_runs: set[str], max_points: int | None = None,
+            keep_board_s: float = 0.0, max_parallel: int | None = None,
+            spawned: dict | None = None) -> dict[str, VariantOutcome]:
+    """Dispatch every (variant, seed) task (at most ``max_parallel`` in flight; default: as many as
+    the cluster's CPUs fit); log each run as its result arrives. ``spawned``: what :func:`spawn`
+    started for this run (else it is started here)."""
+    import ray
+    from ray.exceptions import RayError
+
+    from pipelines.live import LiveTable
+
+    spawned = spawned or spawn(spec, max_parallel)
+    board, nodes = spawned["board"], spawned["nodes"]
     task = ray.remote(num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_retries=0)(run_variant_seed)
-    # Ray hands a task's CPU back while it blocks in ray.get (on its actors), and would then start
-    # every remaining task at once; the driver keeps at most this many in flight instead.
-    limit = max_parallel or max(1, int(ray.cluster_resources().get("CPU", 1) // max(spec.num_cpus, 1e-9)))
+    limit = in_flight(spec, max_parallel)
     outcomes = {v.name: VariantOutcome(v.name, v.technique, v.role, v.family,
                                        seeds={s: SeedOutcome(s) for s in v.seeds}) for v in spec.variants}
     queue = [(v, s) for v in spec.variants for s in v.seeds]
@@ -238,7 +274,28 @@ def execute(spec: ExperimentSpec, inputs: dict, tracker, exp_id: str, parent_id:
     tracker.flush()
     if keep_board_s:
         time.sleep(keep_board_s)  # let Prometheus scrape the final values before the actor goes
-    ray.kill(board)
-    for node in nodes or []:
-        ray.kill(node)
+    release(spawned)
     return outcomes
+
+
+def release(spawned: dict | None) -> None:
+    """End what :func:`spawn` started: the board and node actors killed, the start-up tasks read (so that
+    an error of one, which the real task had too, is not logged again) or cancelled. Best effort: also
+    called on a run's way out after a failure, where Ray may be gone."""
+    if not spawned:
+        return
+    import ray
+
+    for ref in spawned["workers"]:
+        try:
+            ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - still starting (cancelled below), or it failed
+            try:
+                ray.cancel(ref, force=False)
+            except Exception:  # noqa: BLE001
+                pass
+    for actor in [spawned["board"], *(spawned["nodes"] or [])]:
+        try:
+            ray.kill(actor)
+        except Exception:  # noqa: BLE001
+            pass

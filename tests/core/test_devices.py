@@ -41,6 +41,22 @@ def test_resolve_falls_back_to_cpu(device, ids, runs_on):
     assert devices.resolve(device, ids, runs_on) == "cpu"
 
 
+def test_a_cpu_answer_never_imports_torch():
+    """A task of a numpy technique (or one given no GPU) resolves ``auto`` without importing torch: in a
+    fresh Ray worker that import took a second of the quickstart's first tasks."""
+    import subprocess
+    import sys
+
+    # Execute: a fresh interpreter, as a fresh worker is
+    code = ("import sys; from components.core import devices; "
+            "print(devices.resolve('auto', None, ('cpu', 'cuda')), devices.resolve('auto', [0], ('cpu',)), "
+            "devices.resolve('cpu', [0]), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(devices.__file__).rsplit("/components/", 1)[0]).stdout.split()
+    # Assert
+    assert out == ["cpu", "cpu", "cpu", "False"]
+
+
 def test_resolve_cuda_without_cuda_is_an_error():
     with pytest.raises(ConfigError, match="torch sees no CUDA"):
         devices.resolve("cuda", [0])
