@@ -144,7 +144,8 @@ def spawn(spec: ExperimentSpec, max_parallel: int | None = None) -> dict:
 
     from components.core.raytools import start_nodes
 
-    board = ray.remote(num_cpus=0)(Board).remote(spec.name)
+    board = ray.remote(num_cpus=0)(Board).options(name=f"{spec.name}-board-{os.getpid()}-{time.time_ns() % 10**6}"
+                                                  ).remote(spec.name)   # named for the Ray dashboard
     nodes = start_nodes(spec.nodes, spec.node_cpus, f"{spec.name}-node") if spec.nodes else None
     slots = min(in_flight(spec, max_parallel), sum(len(v.seeds) for v in spec.variants))
     first = [v for v in spec.variants for _ in v.seeds][:slots]

@@ -191,3 +191,32 @@ def test_debug_merges_deeply_and_command_line_overrides_win():
     ours = plain.variant("ours").params
     assert ours.seconds == 0.01 and ours.steps == 7
     assert plain.seeds == [0] and overridden.seeds == [4, 5]
+
+
+def test_a_run_that_fails_before_execute_leaves_no_actor_behind(run_custom, monkeypatch):
+    """The board and node actors start with Ray (execute.spawn), before the parent run and prepare: a
+    run that fails in between ends them (execute.release; Ray also ends a job's actors once
+    their handles are gone), or they would hold their CPUs in the suite's shared session."""
+    import time
+
+    import ray
+
+    # Prepare: prepare fails, after spawn started this run's board and 2 node actors
+    def broken(*a, **k):
+        raise RuntimeError("prepare broke")
+
+    monkeypatch.setattr(dag, "prepare", broken)
+    exp = _experiment(name="spawn_release", resources={"num_cpus": 0.5, "nodes": 2, "node_cpus": 0.25})
+
+    def alive() -> list[str]:
+        return [a.get("Name", "") for a in ray._private.state.actors().values()
+                if a.get("State") != "DEAD" and a.get("Name", "").startswith("spawn_release-")]
+
+    # Execute
+    with pytest.raises(RuntimeError, match="prepare broke"):
+        run_custom(exp)
+    deadline = time.time() + 15
+    while alive() and time.time() < deadline:
+        time.sleep(0.2)
+    # Assert
+    assert alive() == []
