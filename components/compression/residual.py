@@ -135,7 +135,7 @@ class _Scaled(MatrixCodec):
         a = x.abs()
         m = _f16(a.mean(dim=1))                                       # [S, C] channel mean |x|
         if self.scale == "channel":
-            return m, torch.empty(0, dtype=torch.float16)
+            return m, torch.empty(0, dtype=torch.float16, device=x.device)
         tok = a.mean(dim=2)                                           # [S, N] token mean |x|
         mean = tok.mean(dim=1, keepdim=True)
         u = torch.where(mean > 0, tok / torch.where(mean > 0, mean, torch.ones_like(mean)), torch.zeros_like(tok))
@@ -195,7 +195,7 @@ class Int2(_Scaled):
         return torch.where(x >= 0, torch.where(x > s, 3, 2), torch.where(x < -s, 0, 1)).to(torch.int32)
 
     def _levels(self, codes, s):
-        return self._LEVELS[codes.long()] * s
+        return self._LEVELS.to(codes.device)[codes.long()] * s
 
 
 class LowRank(MatrixCodec):
@@ -215,7 +215,7 @@ class LowRank(MatrixCodec):
         S, N, C = x.shape
         r = self._r(x.shape)
         g = torch.Generator().manual_seed(1234)
-        q = torch.linalg.qr(x @ torch.randn(S, C, r, generator=g))[0]                  # [S, N, r]
+        q = torch.linalg.qr(x @ torch.randn(S, C, r, generator=g).to(x.device))[0]       # [S, N, r]
         for _ in range(self.iters):
             q = torch.linalg.qr(x @ (x.transpose(1, 2) @ q))[0]
         v = q.transpose(1, 2) @ x                                                        # [S, r, C]

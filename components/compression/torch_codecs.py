@@ -33,7 +33,7 @@ def pack_bits(u: torch.Tensor, bits: int) -> torch.Tensor:
         return u.to(torch.uint8)
     per = 8 // bits
     u = _pad_to(u.to(torch.int32), per).view(-1, per)
-    shifts = torch.arange(per, dtype=torch.int32) * bits
+    shifts = torch.arange(per, dtype=torch.int32, device=u.device) * bits
     return (u << shifts).sum(dim=1).to(torch.uint8)
 
 
@@ -42,7 +42,7 @@ def unpack_bits(b: torch.Tensor, bits: int, n: int) -> torch.Tensor:
     if bits == 8:
         return b[:n].to(torch.int32)
     per = 8 // bits
-    shifts = torch.arange(per, dtype=torch.int32) * bits
+    shifts = torch.arange(per, dtype=torch.int32, device=b.device) * bits
     u = (b.to(torch.int32).unsqueeze(1) >> shifts) & ((1 << bits) - 1)
     return u.reshape(-1)[:n]
 
@@ -129,7 +129,7 @@ class TorchScaledSign(TorchCodec):
         g = g.detach().to(torch.float32).reshape(-1)
         n = g.numel()
         b = _pad_to(g, self.bucket).view(-1, self.bucket)
-        counts = torch.full((b.shape[0],), float(self.bucket))
+        counts = torch.full((b.shape[0],), float(self.bucket), device=b.device)
         counts[-1] = n - (b.shape[0] - 1) * self.bucket
         scale = b.abs().sum(dim=1) / counts
         codes = pack_bits((b.reshape(-1) >= 0).to(torch.int32), 1)
@@ -157,10 +157,10 @@ class TorchZeroBit(TorchCodec):
     bits = 0
 
     def encode(self, g):
-        return torch.empty(0, dtype=torch.uint8)
+        return torch.empty(0, dtype=torch.uint8, device=g.device)
 
     def decode(self, payload, n):
-        return torch.zeros(n, dtype=torch.float32)
+        return torch.zeros(n, dtype=torch.float32, device=payload.device)
 
     def payload_bytes(self, n):
         return 0

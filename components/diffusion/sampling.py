@@ -64,7 +64,7 @@ def sample(model: DiT, noise: torch.Tensor, y: torch.Tensor, steps: int, cfg_sca
     b = noise.shape[0]
     x = noise
     y2 = torch.cat([y, torch.full_like(y, model.null_class)])
-    ts = timesteps(steps)
+    ts = timesteps(steps).to(noise.device)
     for i in range(steps):
         t = ts[i].expand(2 * b)
         h, c = model.embed(torch.cat([x, x]), t, y2)

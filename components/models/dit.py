@@ -74,7 +74,8 @@ def modulate(x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch
 
 def _sincos(pos: torch.Tensor, dim: int) -> torch.Tensor:
     """[n] positions -> [n, dim] sin/cos features (dim even)."""
-    freqs = torch.exp(-math.log(10000.0) * torch.arange(dim // 2, dtype=torch.float32) / max(dim // 2, 1))
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(dim // 2, dtype=torch.float32, device=pos.device)
+                      / max(dim // 2, 1))
     ang = pos.float()[:, None] * freqs[None]
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
 
@@ -222,16 +223,17 @@ class DiT(nn.Module):
         self.out = nn.Linear(d, ch * p * p)
         for z in (self.ada_f[1].weight, self.ada_f[1].bias, self.out.weight, self.out.bias):
             nn.init.zeros_(z)
-        self._pos: dict[tuple[int, int], torch.Tensor] = {}
+        self._pos: dict[tuple[int, int, str], torch.Tensor] = {}
 
     @property
     def null_class(self) -> int:
         return self.cfg.num_classes
 
-    def _pos_embed(self, grid: int) -> torch.Tensor:
-        key = (grid, self.cfg.frames)
+    def _pos_embed(self, grid: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The fixed position table for a ``grid`` x ``grid`` (x frames) input, cached per device."""
+        key = (grid, self.cfg.frames, str(device))
         if key not in self._pos:
-            self._pos[key] = pos_embed(self.cfg.d, grid, self.cfg.frames, self.cfg.img_size // self.cfg.patch)
+            self._pos[key] = pos_embed(self.cfg.d, grid, self.cfg.frames, self.cfg.img_size // self.cfg.patch).to(device)
         return self._pos[key]
 
     def patchify(self, x: torch.Tensor) -> torch.Tensor:
@@ -253,7 +255,7 @@ class DiT(nn.Module):
     def embed(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         size = x.shape[-1]
         require(size % self.cfg.patch == 0, "img_size", size, f"a multiple of patch={self.cfg.patch}")
-        h = self.patch_embed(self.patchify(x)) + self._pos_embed(size // self.cfg.patch).to(x.dtype)
+        h = self.patch_embed(self.patchify(x)) + self._pos_embed(size // self.cfg.patch, x.device).to(x.dtype)
         c = self.t_embed(t) + self.y_embed(y)
         return h, c
 

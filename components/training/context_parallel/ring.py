@@ -226,9 +226,9 @@ class CPAttention(nn.Module):
             self.aux = M * (f * soft.mean(dim=(0, 2))).sum(-1).mean()
             self.usage = f.detach()
         else:
-            idx = torch.zeros(B, self.H, T, dtype=torch.long)
-            hard = gate = torch.ones(B, self.H, T, 1)
-            self.aux, self.usage = torch.zeros(()), torch.ones(self.H, 1)
+            idx = torch.zeros(B, self.H, T, dtype=torch.long, device=x.device)
+            hard = gate = torch.ones(B, self.H, T, 1, device=x.device)
+            self.aux, self.usage = torch.zeros((), device=x.device), torch.ones(self.H, 1, device=x.device)
         k = torch.einsum("bhtm,hmdr,bhtmr->bhtd", gate, Uk, ak)
         v = torch.einsum("bhtm,hmdr,bhtmr->bhtd", gate, Uv, av)
         wk = (hard.unsqueeze(-1) * ak).sum(-2)                                        # selected a_t, (B, H, T, r)

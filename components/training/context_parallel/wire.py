@@ -80,11 +80,13 @@ def index_bits(M: int) -> int:
 
 def encode_index(idx: torch.Tensor, M: int) -> torch.Tensor:
     bits = index_bits(M)
-    return torch.empty(0, dtype=torch.uint8) if bits == 0 else pack_bits(idx.reshape(-1).to(torch.int32), bits)
+    if bits == 0:
+        return torch.empty(0, dtype=torch.uint8, device=idx.device)
+    return pack_bits(idx.reshape(-1).to(torch.int32), bits)
 
 
 def decode_index(payload: torch.Tensor, M: int, shape) -> torch.Tensor:
     bits = index_bits(M)
     if bits == 0:
-        return torch.zeros(shape, dtype=torch.long)
+        return torch.zeros(shape, dtype=torch.long, device=payload.device)
     return unpack_bits(payload, bits, math.prod(shape)).reshape(shape).to(torch.long)
