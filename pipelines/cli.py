@@ -210,7 +210,7 @@ def list_experiment(name: str, console, overrides: list[str] = ()) -> None:
 
     from components.core.errors import ConfigError
     from pipelines import config
-    from pipelines.experiment import flavour_label, paper_notes
+    from pipelines.flavours import flavour_label, paper_notes
     from pipelines.preflight import checked_jobs
 
     bad = [a for a in overrides if "=" not in a]

@@ -217,7 +217,7 @@ def _resolved(cfg, overrides: list[str]) -> dict[str, Any]:
     except OmegaConfBaseException as e:
         raise _hydra_error(e, overrides) from None
     plain["_overrides"] = list(overrides)  # so debug=true lets these win over its own values
-    from pipelines.experiment import normalise_flavour
+    from pipelines.flavours import normalise_flavour
 
     return normalise_flavour(plain)  # type: ignore[return-value]
 

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from components.core.interrupts import Terminated, _received, terminate_as_interrupt  # noqa: F401 - re-exported
 from components.core.tracker import Tracker, resolve_tracking_uri
-from pipelines.experiment import ExperimentSpec, build_spec, flavour_of, overridden_keys, parse_only
+from pipelines.experiment import ExperimentSpec, build_spec, overridden_keys, parse_only
+from pipelines.flavours import flavour_of
 from pipelines.inputs import HASH_ERROR_TAG
 from pipelines.outcome import PARENT_TAG, RunOutcome, VariantOutcome, error_text  # noqa: F401 - re-exported
 from pipelines.stages.evaluate import comparison, judge, reach
@@ -318,7 +319,7 @@ def _run(cfg: dict, console, reinstall_signals, phases: Phases, teardown: bool =
     if console is not None and ray_info.get("summary"):
         console.print(f"[dim]{ray_info['summary']}[/dim]")
     if console is not None:
-        from pipelines.experiment import paper_notes
+        from pipelines.flavours import paper_notes
 
         for line in paper_notes(spec):
             console.print(line, style="yellow", markup=False, highlight=False)

@@ -19,7 +19,7 @@ def main(cfg: DictConfig) -> float:
 
     from components.core.verbosity import apply_verbose
     from pipelines import dag
-    from pipelines.experiment import normalise_flavour
+    from pipelines.flavours import normalise_flavour
 
     plain = normalise_flavour(OmegaConf.to_container(cfg, resolve=True))   # preflight has checked it
     apply_verbose(plain)  # Ray and Serve at WARNING unless verbose=true (also for jobs of a multirun)

@@ -145,7 +145,8 @@ def of_spec(spec, experiment: dict, debug: bool | str, only: list[str] | None) -
 
 def of_config(cfg: dict) -> Inputs:
     """The inputs of a composed, resolved config (``cfg["experiment"]``, its flavour, ``only``)."""
-    from pipelines.experiment import build_spec, flavour_of, overridden_keys, parse_only
+    from pipelines.experiment import build_spec, overridden_keys, parse_only
+    from pipelines.flavours import flavour_of
 
     only, flavour = parse_only(cfg.get("only")), flavour_of(cfg)
     spec = build_spec(cfg["experiment"], flavour=flavour, only=only, overridden=overridden_keys(cfg.get("_overrides")))
@@ -154,7 +155,8 @@ def of_config(cfg: dict) -> Inputs:
 
 def run_tags(spec, cfg: dict) -> tuple[dict[str, str], Inputs]:
     """The tags a parent run carries (flavour, subset, input and config hashes), and its inputs."""
-    from pipelines.experiment import flavour_of, parse_only
+    from pipelines.experiment import parse_only
+    from pipelines.flavours import flavour_of
 
     only, flavour = parse_only(cfg.get("only")), flavour_of(cfg)
     inputs = of_spec(spec, cfg["experiment"], flavour, only)

@@ -153,7 +153,8 @@ def as_typed(e, cfg: dict, job: list[str]):
     import re
 
     from components.core.errors import ConfigError
-    from pipelines.experiment import apply_debug, flavour_of, overridden_keys
+    from pipelines.experiment import apply_debug, overridden_keys
+    from pipelines.flavours import flavour_of
 
     m = re.fullmatch(r"experiment\.variants\.([^.]+)\.params\.(.+)", e.key)
     exp = cfg.get("experiment")
@@ -256,7 +257,8 @@ def describe(job: list[str], cfg: dict, spec) -> list[str]:
     role, seeds, inputs, params with the technique's defaults filled in) and the claims, each
     with whether this selection can judge it."""
     from components.core.claims import referenced_variants
-    from pipelines.experiment import flavour_label, paper_notes, resolved
+    from pipelines.experiment import resolved
+    from pipelines.flavours import flavour_label, paper_notes
 
     res = f"num_cpus {spec.num_cpus:g} per task, nodes {spec.nodes}" + (
         f" ({spec.node_cpus:g} CPUs each)" if spec.nodes and spec.node_cpus else "") + (

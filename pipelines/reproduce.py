@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from components.core.provenance import ROOT
-from pipelines.experiment import FLAVOURS
+from pipelines.flavours import FLAVOURS
 from pipelines.preflight import _die
 
 USAGE = __doc__.split("\n\n", 1)[1]
@@ -179,7 +179,7 @@ def plan_jobs(experiments: list[str], opts: dict[str, Any]) -> list[Job]:
     from pipelines import config
     from pipelines.inputs import of_config
 
-    from pipelines.experiment import flavour_overrides
+    from pipelines.flavours import flavour_overrides
 
     flavour = flavour_overrides(opts["flavour"])
     jobs = []

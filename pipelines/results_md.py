@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from components.core.provenance import ROOT
-from pipelines.experiment import flavour_overrides
+from pipelines.flavours import flavour_overrides
 from pipelines.inputs import upgraded
 from pipelines.scoreboard import perturbation_status
 

@@ -133,7 +133,7 @@ def current_inputs(experiment: str, flavour: str = "full"):
     experiment with no config here (or one that no longer validates)."""
     from components.core.errors import ConfigError
     from pipelines import config
-    from pipelines.experiment import flavour_overrides
+    from pipelines.flavours import flavour_overrides
     from pipelines.inputs import of_config
 
     if experiment not in config.experiment_names():

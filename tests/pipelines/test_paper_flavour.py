@@ -6,7 +6,8 @@ import pytest
 
 from components.core.errors import ConfigError
 from pipelines import config, dag
-from pipelines.experiment import PAPER_SUSTAINED_FLOPS, build_spec, flavour_of, normalise_flavour, paper_notes
+from pipelines.experiment import build_spec
+from pipelines.flavours import PAPER_SUSTAINED_FLOPS, flavour_of, normalise_flavour, paper_notes
 from pipelines.inputs import config_hash
 
 # the experiments whose claims need scale (the list): each has a paper block
