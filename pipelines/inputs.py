@@ -130,15 +130,15 @@ def module_path(module: str) -> str | None:
         return None
 
 
-def of_spec(spec, experiment: dict, debug: bool | str, only: list[str] | None) -> Inputs:
+def of_spec(spec, experiment: dict, flavour: bool | str, only: list[str] | None) -> Inputs:
     """The inputs of a validated spec (what a run records and what reproduce compares)."""
     files = {}
     for m in code_modules(spec):
         p = module_path(m)
         if p is not None:
             files[p] = file_hash(p)
-    cfg, version = config_hash(experiment, debug, only), dtlab_version()
-    legacy = config_hash(experiment, debug, only, legacy=True)
+    cfg, version = config_hash(experiment, flavour, only), dtlab_version()
+    legacy = config_hash(experiment, flavour, only, legacy=True)
     digest = _sha(json.dumps({"config": cfg, "version": version, "files": files}, sort_keys=True).encode())
     return Inputs(digest, cfg, version, dict(sorted(files.items())), legacy_config=legacy if legacy != cfg else "")
 

@@ -9,22 +9,16 @@ from pipelines import config, dag
 from pipelines.experiment import build_spec
 from pipelines.flavours import PAPER_SUSTAINED_FLOPS, flavour_of, normalise_flavour, paper_notes
 from pipelines.inputs import config_hash
+from tests.pipelines.test_debug_flavour import EXP as DEBUG_EXP
 
 # the experiments whose claims need scale (the list): each has a paper block
 NEEDS_SCALE = ("fal", "duo", "mecefo", "subspace_model_parallel", "context_parallel_compression", "foresight",
                "compactfusion", "training_composed")
 
-EXP = {
-    "name": "t", "family": "core",
-    "variants": {
-        "a": {"technique": "probe", "role": "baseline", "params": {"seconds": 1.0}},
-        "b": {"technique": "probe", "role": "technique", "params": {"seconds": 1.0}},
-    },
-    "claims": {"b_vs_a": {"holds": "b.steps >= a.steps"}},
-    "debug": {"variants.a.params.seconds": 0.1},
-    "paper": {"estimate": {"flops": 1.32e15, "minutes": 1.0, "memory_gb": 2, "basis": "two probes"},
-              "set": {"variants.a.params.seconds": 30.0, "variants.b.params.seconds": 30.0}},
-}
+# the debug flavour's test experiment (two probes), with a paper block
+EXP = {**DEBUG_EXP, "debug": {"variants.a.params.seconds": 0.1},
+       "paper": {"estimate": {"flops": 1.32e15, "minutes": 1.0, "memory_gb": 2, "basis": "two probes"},
+                 "set": {"variants.a.params.seconds": 30.0, "variants.b.params.seconds": 30.0}}}
 
 
 def test_paper_block_applies_like_debug_and_overrides_win():
