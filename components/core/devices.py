@@ -80,7 +80,7 @@ def resolve(device: str, gpu_ids: list[Any] | None = None, runs_on: tuple[str, .
         if not have:
             raise ConfigError("device", device, "cpu or auto: torch sees no CUDA device in this task")
         return "cuda"
-    return "cuda" if have and bool(gpu_ids) and "cuda" in runs_on else "cpu"
+    return "cuda" if have else "cpu"   # auto, given a GPU, for a technique that runs on cuda
 
 
 def gpu_ids() -> list[Any] | None:
