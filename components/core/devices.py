@@ -115,3 +115,18 @@ def to_cpu(obj: Any) -> Any:
         return dataclasses.replace(obj, **{f.name: to_cpu(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                                            if f.init})
     return obj
+
+
+def clock(device: str, cpu_clock: str = "thread") -> str:
+    """The components.core.timing clock for work on ``device``: ``cpu_clock`` on cpu; on cuda the wall
+    clock (a thread's CPU time does not see kernels running on the GPU), the timed work ending with
+    :func:`synchronize` so its kernels are inside the measured span."""
+    return cpu_clock if str(device) == "cpu" else "wall"
+
+
+def synchronize(device: str) -> None:
+    """Wait for the work queued on ``device`` (a no-op on cpu, where torch is not asked)."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)

@@ -35,8 +35,8 @@ from typing import Any, Iterator
 REGISTRY_MODULE = "components.core.registry"
 # registry function -> its parameters in order; a name after "*" is keyword-only; "**" takes the rest
 _SIGNATURES: dict[str, tuple[str, ...]] = {
-    "technique": ("name", "*", "family", "summary", "params", "validate", "inputs"),
-    "prepare_step": ("name", "*", "summary", "params", "inputs", "seeded"),
+    "technique": ("name", "*", "family", "summary", "params", "validate", "inputs", "devices"),
+    "prepare_step": ("name", "*", "summary", "params", "inputs", "seeded", "devices"),
     "register": ("kind", "name", "*", "summary", "**"),
     "add": ("kind", "name", "obj", "summary", "**"),
 }

@@ -89,6 +89,7 @@ class PrepareStep:
     params: type | None
     inputs: tuple[str, ...] = ()       # names of the prepare outputs it consumes
     seeded: bool = False               # one output per seed of the variants that need it
+    devices: tuple[str, ...] = ("cpu",)   # where it runs (ctx.device): cpu, or cpu and cuda
 
     @property
     def file(self) -> str:
@@ -334,17 +335,25 @@ def technique(name: str, *, family: str, summary: str, params: type | None = Non
 
 
 def prepare_step(name: str, *, summary: str, params: type | None = None,
-                 inputs: tuple[str, ...] | list[str] = (), seeded: bool = False):
+                 inputs: tuple[str, ...] | list[str] = (), seeded: bool = False,
+                 devices: tuple[str, ...] = ("cpu",)):
     """Register ``fn(params, ctx) -> output`` as a cacheable prepare step ``name``.
 
     ``inputs`` names the prepare outputs it consumes (``ctx.input(name)``); ``seeded`` steps are
     built once per seed (``ctx.seed``) of the variants that need them, and the seed is in their
     cache key. Keep a step in a module of its own: its cache key hashes that module and every
     components/ module it imports, so code it does not use must not live beside it.
+    ``devices``: ``("cpu", "cuda")`` for a step that puts its tensors on ``ctx.device`` (it runs on a
+    GPU when the experiment's tasks are given one); its output is handed to the cache on cpu and
+    its key does not hold the device, so declare it only where the output is the same artifact on
+    either device (a trained model; never a measured time).
     """
+    if not devices or not set(devices) <= {"cpu", "cuda"}:
+        raise ValueError(f"prepare step {name!r}: devices {devices!r} must be a non-empty subset of ('cpu', 'cuda')")
 
     def deco(fn):
-        add("prepare_step", name, PrepareStep(name, summary.strip(), fn, params, tuple(inputs), seeded), summary)
+        add("prepare_step", name, PrepareStep(name, summary.strip(), fn, params, tuple(inputs), seeded,
+                                              tuple(devices)), summary)
         return fn
 
     return deco

@@ -9,7 +9,8 @@ from components.core.plotting import fig_png, figure
 
 def grid_png(ref: torch.Tensor, x: torch.Tensor, y: torch.Tensor, title: str) -> bytes:
     """Full compute (top), the policy (middle), |difference| on a 0-0.1 scale (bottom; pixels span 2):
-    one sample per class."""
+    one sample per class. Tensors on any device (drawn from cpu copies)."""
+    ref, x, y = ref.cpu(), x.cpu(), y.cpu()
     idx = [int(torch.nonzero(y == k)[0]) for k in torch.unique(y)][:10]
     frame = (lambda t: t[:, t.shape[1] // 2]) if x.dim() == 5 else (lambda t: t)   # clips: middle frame
     r, s = frame(ref[idx]).clamp(-1, 1), frame(x[idx]).clamp(-1, 1)
@@ -28,11 +29,12 @@ def grid_png(ref: torch.Tensor, x: torch.Tensor, y: torch.Tensor, title: str) ->
 
 
 def gif_bytes(ref: torch.Tensor, x: torch.Tensor, y: torch.Tensor, scale: int = 4) -> bytes:
-    """Clips as an animated GIF: per class one pair (full | policy), frame by frame."""
+    """Clips as an animated GIF: per class one pair (full | policy), frame by frame (any device)."""
     import io
 
     from PIL import Image
 
+    ref, x, y = ref.cpu(), x.cpu(), y.cpu()
     idx = [int(torch.nonzero(y == k)[0]) for k in torch.unique(y)][:4]
     pairs = torch.cat([torch.cat([ref[i], torch.ones_like(ref[i][..., :1]), x[i]], dim=-1) for i in idx], dim=-2)
     frames = ((pairs.clamp(-1, 1) + 1) * 127.5).to(torch.uint8)[:, 0].numpy()          # [F, H, W]

@@ -6,6 +6,8 @@
 - ``diffusion_classifier``: a tiny CNN on the same data, to score the class of generated samples.
 
 Kept apart from sampling and the policies, so editing those leaves the trained models cached.
+The two trainings run on ``ctx.device`` (a GPU where the experiment's tasks are given one); their
+random draws come from a cpu generator and are moved, so a device changes the arithmetic only.
 """
 from __future__ import annotations
 
@@ -79,36 +81,39 @@ class DiTTrainParams(Steps):
 
 
 def rf_loss(model: DiT, x0: torch.Tensor, y: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-    """Rectified flow: x_t = (1 - t) x0 + t eps, the model predicts v = eps - x0."""
-    t = torch.rand(x0.shape[0], generator=g)
-    eps = torch.randn(x0.shape, generator=g)
+    """Rectified flow: x_t = (1 - t) x0 + t eps, the model predicts v = eps - x0 (``g``: a cpu
+    generator; the draws move to x0's device)."""
+    t = torch.rand(x0.shape[0], generator=g).to(x0.device)
+    eps = torch.randn(x0.shape, generator=g).to(x0.device)
     tt = t.view(-1, *([1] * (x0.dim() - 1)))
     return F.mse_loss(model((1 - tt) * x0 + tt * eps, t, y), eps - x0)
 
 
 def _start(ctx, seed: int) -> tuple[dict, torch.Tensor, torch.Tensor, torch.Generator]:
-    """One thread, the data as tensors, torch and a generator seeded: the start of both trainings."""
+    """One thread, the data as tensors on ``ctx.device``, torch and a cpu generator seeded: the start
+    of both trainings."""
     torch.set_num_threads(1)
     data = ctx.input("data")
     torch.manual_seed(seed)
-    return data, torch.tensor(data["x"]), torch.tensor(data["y"]), torch.Generator().manual_seed(seed)
+    return (data, torch.tensor(data["x"]).to(ctx.device), torch.tensor(data["y"]).to(ctx.device),
+            torch.Generator().manual_seed(seed))
 
 
-@prepare_step("dit_model", params=DiTTrainParams, inputs=("data",), seeded=False,
+@prepare_step("dit_model", params=DiTTrainParams, inputs=("data",), seeded=False, devices=("cpu", "cuda"),
               summary="Tiny class-conditional DiT (adaLN-zero) trained with rectified flow + EMA on the diffusion data.")
 def prepare_dit(p: DiTTrainParams, ctx) -> dict:
     data, x, y, g = _start(ctx, p.seed)
     cfg = DiTConfig(img_size=data["size"], channels=1, patch=p.patch, d=p.d, heads=p.heads, depth=p.depth,
                     num_classes=data["num_classes"], frames=data["frames"]).check()
-    model = DiT(cfg)
+    model = DiT(cfg).to(ctx.device)
     ema = copy.deepcopy(model).requires_grad_(False)
     opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))   # short warm-up
     t0, losses = time.perf_counter(), []
     for step in range(p.steps):
-        idx = torch.randint(0, len(x), (p.batch,), generator=g)
+        idx = torch.randint(0, len(x), (p.batch,), generator=g).to(ctx.device)
         yb = y[idx].clone()
-        yb[torch.rand(p.batch, generator=g) < p.label_dropout] = cfg.num_classes   # null class for CFG
+        yb[(torch.rand(p.batch, generator=g) < p.label_dropout).to(ctx.device)] = cfg.num_classes   # null class for CFG
         loss = rf_loss(model, x[idx], yb, g)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -157,20 +162,20 @@ class ClassifierParams:
 
 
 @prepare_step("diffusion_classifier", params=ClassifierParams, inputs=("data",), seeded=False,
-              summary="Tiny CNN classifier of the diffusion data (scores the class of generated samples), held-out acc.")
+              devices=("cpu", "cuda"), summary="Tiny CNN classifier of the diffusion data (scores the class of generated samples), held-out acc.")
 def prepare_classifier(p: ClassifierParams, ctx) -> dict:
     data, x, y, g = _start(ctx, p.seed)
-    perm = torch.randperm(len(x), generator=g)
+    perm = torch.randperm(len(x), generator=g).to(ctx.device)
     n_test = len(x) // 5
     te, tr = perm[:n_test], perm[n_test:]
     in_ch = data["frames"] if data["frames"] > 1 else 1
-    net = SmallCNN(data["num_classes"], in_ch)
+    net = SmallCNN(data["num_classes"], in_ch).to(ctx.device)
     opt = torch.optim.Adam(net.parameters(), lr=p.lr)
     for ep in range(p.epochs):
-        order = tr[torch.randperm(len(tr), generator=g)]
+        order = tr[torch.randperm(len(tr), generator=g).to(ctx.device)]
         for i in range(0, len(order), p.batch):
             b = order[i:i + p.batch]
-            xb = x[b] + 0.1 * torch.randn(x[b].shape, generator=g)   # a little noise: samples are not pristine
+            xb = x[b] + 0.1 * torch.randn(x[b].shape, generator=g).to(ctx.device)   # a little noise: samples are not pristine
             loss = F.cross_entropy(net(xb), y[b])
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -182,14 +187,14 @@ def prepare_classifier(p: ClassifierParams, ctx) -> dict:
     return {"state": net.state_dict(), "classes": data["num_classes"], "in_ch": in_ch, "test_acc": acc}
 
 
-def load_dit(prepared: dict) -> DiT:
-    """The EMA DiT of a ``dit_model`` output, in eval mode."""
+def load_dit(prepared: dict, device: str = "cpu") -> DiT:
+    """The EMA DiT of a ``dit_model`` output, in eval mode, on ``device``."""
     model = DiT(DiTConfig(**prepared["config"]))
     model.load_state_dict(prepared["state"])
-    return model.eval().requires_grad_(False)
+    return model.eval().requires_grad_(False).to(device)
 
 
-def load_classifier(prepared: dict) -> SmallCNN:
+def load_classifier(prepared: dict, device: str = "cpu") -> SmallCNN:
     net = SmallCNN(prepared["classes"], prepared["in_ch"])
     net.load_state_dict(prepared["state"])
-    return net.eval().requires_grad_(False)
+    return net.eval().requires_grad_(False).to(device)

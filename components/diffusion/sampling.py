@@ -94,10 +94,12 @@ def sample_batches(model: DiT, noise: torch.Tensor, y: torch.Tensor, steps: int,
 
 
 def draw(seed: int, n: int, model: DiT, size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The seed's initial noise and class labels (balanced over classes)."""
+    """The seed's initial noise and class labels (balanced over classes), on the model's device: drawn
+    on cpu, so a seed gives the same noise on any device."""
     cfg = model.cfg
     size = size or cfg.img_size
     g = torch.Generator().manual_seed(10_000 + seed)
     shape = (n, cfg.channels, size, size) if cfg.frames == 1 else (n, cfg.frames, cfg.channels, size, size)
     y = torch.arange(n) % cfg.num_classes
-    return torch.randn(shape, generator=g), y[torch.randperm(n, generator=g)]
+    device = next(model.parameters()).device
+    return torch.randn(shape, generator=g).to(device), y[torch.randperm(n, generator=g)].to(device)

@@ -26,7 +26,9 @@ def run_step(step_name: str, params: Any, ctx_fields: dict, names: list[str], *u
     from components.core.devices import task_device, to_cpu
 
     step = get_prepare_step(step_name)
-    fields = {**ctx_fields, "device": task_device(ctx_fields.get("device", "cpu"), ("cpu",))}   # steps: cpu for now
+    asked = ctx_fields.get("device", "cpu")
+    # a cpu-only step runs on cpu under any request (device=cuda is checked against the techniques)
+    fields = {**ctx_fields, "device": task_device(asked if "cuda" in step.devices else "cpu", step.devices)}
     t0 = time.perf_counter()
     out = step.fn(params, RunContext(**fields, inputs=dict(zip(names, upstream))))
     out = to_cpu(out) if fields["device"] != "cpu" else out

@@ -125,6 +125,22 @@ def test_dit_sampling_pass():
         assert on_meta(out) and tuple(out.shape) == shape
 
 
+def test_dit_training_loss_and_the_seeds_noise():
+    from components.diffusion.prepare import rf_loss
+    from components.diffusion.sampling import draw
+    from components.models.dit import DiT, DiTConfig
+
+    # Prepare: the model on the device, the draws from a cpu generator (the same on any device)
+    cfg = DiTConfig(img_size=8, channels=1, patch=2, d=32, heads=2, depth=2, num_classes=4)
+    model, g = DiT(cfg).to(META), torch.Generator().manual_seed(0)
+    # Execute: one rectified-flow loss and its gradient; a seed's noise and labels for sampling
+    loss = rf_loss(model, torch.randn(3, 1, 8, 8, device=META), torch.zeros(3, dtype=torch.long, device=META), g)
+    loss.backward()
+    noise, y = draw(0, 4, model)
+    # Assert
+    assert on_meta(loss, noise, y, next(model.parameters()).grad)
+
+
 @pytest.mark.parametrize("M", [1, 2, 4, 16])
 def test_context_parallel_subspace_index_wire(M):
     from components.training.context_parallel.wire import decode_index, encode_index

@@ -92,3 +92,33 @@ def test_to_cpu_walks_containers():
     assert isinstance(out["xs"][1], tuple) and out["xs"][1][1] == 3 and out["s"] == "x"
     assert isinstance(out["d"], _Out) and out["d"].n == 4 and out["d"].w.device.type == "cpu"
     assert isinstance(out["m"], torch.nn.Linear)
+
+
+def test_timing_clock_follows_the_device():
+    # a thread's CPU time does not see GPU kernels: on cuda the wall clock, to the device's sync
+    assert devices.clock("cpu") == "thread" and devices.clock("cpu", "wall") == "wall"
+    assert devices.clock("cuda") == "wall" and devices.clock("cuda:1") == "wall"
+    devices.synchronize("cpu")   # a no-op on cpu
+
+
+@pytest.mark.parametrize("declared, asked, gets", [(("cpu",), "cuda", "cpu"), (("cpu",), "auto", "cpu"),
+                                                  (("cpu", "cuda"), "auto", "cpu"), (("cpu", "cuda"), "cpu", "cpu")])
+def test_a_prepare_step_runs_where_it_can(monkeypatch, declared, asked, gets):
+    from components.core.registry import PrepareStep
+    from pipelines.stages import prepare
+
+    # Prepare: a step that reports the device it was given (outside Ray: no GPU was given)
+    step = PrepareStep("probe", "", lambda p, ctx: ctx.device, None, devices=declared)
+    monkeypatch.setattr(prepare, "get_prepare_step", lambda name: step)
+    # Execute: a cpu-only step under device=cuda runs on cpu (the techniques are what device=cuda checks)
+    out, _ = prepare.run_step("probe", None, {"experiment": "e", "variant": "prepare:probe", "seed": 0,
+                                             "workdir": "/tmp", "device": asked}, [])
+    # Assert
+    assert out == gets
+
+
+def test_prepare_step_refuses_an_unknown_device():
+    from components.core.registry import prepare_step
+
+    with pytest.raises(ValueError, match="non-empty subset"):
+        prepare_step("x", summary="", devices=("tpu",))

@@ -178,8 +178,8 @@ def test_speedup_is_timed_by_the_one_mechanism_and_its_timed_samples_are_the_eva
     from components.core.context import RunContext
 
     # Prepare: a reference of 4 samples, the model and a classifier passed through as prepared inputs
-    monkeypatch.setattr(tech, "load_dit", lambda m: m)
-    monkeypatch.setattr(tech, "load_classifier", lambda c: c)
+    monkeypatch.setattr(tech, "load_dit", lambda m, device="cpu": m)
+    monkeypatch.setattr(tech, "load_classifier", lambda c, device="cpu": c)
     ctx = RunContext(seed=0, variant="static2", inputs=prepared_inputs(model, STEPS))
     timed_p = BaselineParams(policy="static", batch=2, timing_batches=1, timing_rounds=3, grid=False)
     untimed_p = BaselineParams(policy="static", batch=2, timing_batches=0, grid=False)

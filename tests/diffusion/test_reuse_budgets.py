@@ -60,8 +60,8 @@ def test_curve_reports_every_policy_at_every_budget(model, prepared_inputs, monk
     from components.core.context import RunContext
 
     # Prepare: a reference of 4 samples; the model and an oracle classifier passed through as prepared inputs
-    monkeypatch.setattr(bud, "load_dit", lambda m: m)
-    monkeypatch.setattr(bud, "load_classifier", lambda c: c)
+    monkeypatch.setattr(bud, "load_dit", lambda m, device="cpu": m)
+    monkeypatch.setattr(bud, "load_classifier", lambda c, device="cpu": c)
     ctx = RunContext(seed=0, variant="budget_curve", inputs=prepared_inputs(model, STEPS))
     p = bud.BudgetParams(warmup=2, interval=3, last_full=0, batch=2, budgets=[20, 40], calib_samples=2, calib_iters=5,
                          rate_samples=2)

@@ -127,14 +127,13 @@ def lockstep(rates: list[list[float]]) -> float:
     return float(np.corrcoef(logs)[np.triu_indices(logs.shape[0], 1)].min())
 
 
-
-
 @technique("reuse_budget_curve", family="diffusion", params=BudgetParams, inputs=("model", "reference", "classifier"),
-           summary="Foresight (arXiv 2506.00329) vs static and TeaCache-like reuse at several skip budgets below each "
+           devices=("cpu", "cuda"), summary="Foresight (arXiv 2506.00329) vs static and TeaCache-like reuse at several skip budgets below each "
                    "policy's maximum (PSNR-vs-skip curves), and the spread of the DiT's per-layer change rates.")
 def run_budget_curve(p: BudgetParams, ctx) -> Result:
     torch.set_num_threads(1)
-    model, ref, clf = load_dit(ctx.input("model")), ctx.input("reference"), load_classifier(ctx.input("classifier"))
+    dev = ctx.device
+    model, ref, clf = load_dit(ctx.input("model"), dev), ctx.input("reference"), load_classifier(ctx.input("classifier"), dev)
     rates, corr = layer_rates(model, ref, ctx.seed, p.rate_samples, skip_first=p.warmup)
     m: dict = {f"layer_rate_{l}": r for l, r in enumerate(rates)}
     m["layer_rate_spread"] = max(rates) / min(rates) if min(rates) > 0 else math.nan
@@ -145,7 +144,7 @@ def run_budget_curve(p: BudgetParams, ctx) -> Result:
         return Result(metrics=m, series=series)
     n = p.n_samples or len(ref["noise"])
     require(n <= len(ref["noise"]), "n_samples", n, f"at most the reference's {len(ref['noise'])} samples")
-    noise, y, x_ref = ref["noise"][:n], ref["y"][:n], ref["x"][:n]
+    noise, y, x_ref = ref["noise"][:n].to(dev), ref["y"][:n].to(dev), ref["x"][:n].to(dev)
     coeffs = None
     if "teacache" in p.policies:
         cal_noise, cal_y = draw(6_000 + ctx.seed, min(p.calib_samples, p.batch), model, ref["size"])

@@ -1,7 +1,8 @@
 """Prepare step ``diffusion_reference``, built per seed: the seed's initial noise and labels and
 the full-compute samples from them (every policy is scored against these, from the same noise),
 at one step count and resolution. Cached, so the full-compute trajectory runs once per seed and
-setting instead of once per variant.
+setting instead of once per variant. Sampled on ``ctx.device``; the noise and labels are drawn on
+cpu (the same on any device) and the samples handed to the cache on cpu.
 """
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ class ReferenceParams:
         require(self.batch >= 1, "batch", self.batch, "a positive batch size")
 
 
-@prepare_step("diffusion_reference", params=ReferenceParams, inputs=("model",), seeded=True,
+@prepare_step("diffusion_reference", params=ReferenceParams, inputs=("model",), seeded=True, devices=("cpu", "cuda"),
               summary="The seed's noise and labels and the full-compute DiT samples from them (steps, size, CFG).")
 def prepare_reference(p: ReferenceParams, ctx) -> dict:
     torch.set_num_threads(1)
-    model = load_dit(ctx.input("model"))
+    model = load_dit(ctx.input("model"), ctx.device)
     size = p.size or model.cfg.img_size
     noise, y = draw(ctx.seed, p.n_samples, model, size)
     x, st = sample_batches(model, noise, y, p.steps, p.cfg_scale, BlockRunner, p.batch)

@@ -12,7 +12,8 @@ call, scored against the full-compute samples of the same seed's noise (prepare 
 Speedup is timed in the task itself by the one timing mechanism (components.core.timing): full
 compute and the policy on the first batch, interleaved in seeded random order round after round in
 this process, torch on one thread, so the clock is the thread's CPU time (the machine is shared; the
-metric keeps its name ``speedup_wall``, its clock is ``speedup_wall_thread_clock``). Full compute also
+metric keeps its name ``speedup_wall``, its clock is ``speedup_wall_thread_clock``); on a GPU
+(``ctx.device`` cuda) the wall clock, each timed call ending with the device synchronized. Full compute also
 runs as a second arm each round: ``speedup_wall_noise`` is the noise floor (full against itself) in
 the speedup's units, which the claim reads (``noise:``). Rounds stop once the ratio is settled to
 ``timing_precision``. The policy's timed outputs of the first batch are its evaluated samples too.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from components.core import devices
 from components.core.errors import ConfigError, require
 from components.core.plotting import fig_png, figure
 from components.core.registry import technique
@@ -165,40 +167,45 @@ def calibrate(model, policy, p, ref, seed) -> tuple[float, float]:
     return best
 
 
-def time_policy(model, ref, noise, y, policy: str, p, knob, seed: int):
+def time_policy(model, ref, noise, y, policy: str, p, knob, seed: int, device: str = "cpu"):
     """Full compute against ``policy`` on the first batch (components.core.timing, thread CPU time:
-    torch runs on one thread); the Timing and the policy's (samples, runner) of that batch."""
+    torch runs on one thread; on cuda wall time to the device's sync); the Timing and the policy's
+    (samples, runner) of that batch."""
     sl = slice(0, p.batch)
     first: dict = {}
 
     def full():
-        return sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], BlockRunner())
+        x = sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], BlockRunner())
+        devices.synchronize(device)
+        return x
 
     def reuse():
         runner = make_runner(policy, p, knob)
         x = sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], runner)
+        devices.synchronize(device)
         first.setdefault("out", (x, runner))
         return x
 
     rounds = max(p.timing_batches, 3)
-    t = interleave({"full": full, "policy": reuse}, "full", clock="thread", seed=[seed, 7919], warmup=0,
+    t = interleave({"full": full, "policy": reuse}, "full", clock=devices.clock(device), seed=[seed, 7919], warmup=0,
                    min_rounds=rounds, max_rounds=max(p.timing_rounds, rounds), rel_precision=p.timing_precision,
                    budget_s=p.timing_budget_s)
     return t, first["out"]
 
 
 def evaluate_policy(policy: str, p, ctx, knob: float | None = None, grid: bool | None = None) -> tuple[dict, dict, dict]:
-    """Sample the reference's noise with ``policy``; (metrics, series, files)."""
+    """Sample the reference's noise with ``policy`` on ``ctx.device``; (metrics, series, files)."""
     torch.set_num_threads(1)
-    model, ref, clf = load_dit(ctx.input("model")), ctx.input("reference"), load_classifier(ctx.input("classifier"))
+    dev = ctx.device
+    model, ref, clf = load_dit(ctx.input("model"), dev), ctx.input("reference"), load_classifier(ctx.input("classifier"), dev)
     n = p.n_samples or len(ref["noise"])
     require(n <= len(ref["noise"]), "n_samples", n, f"at most the reference's {len(ref['noise'])} samples")
-    noise, y, x_ref = ref["noise"][:n], ref["y"][:n], ref["x"][:n]
+    noise, y, x_ref = ref["noise"][:n].to(dev), ref["y"][:n].to(dev), ref["x"][:n].to(dev)
     outs, run, tot, per_step, walls = [], 0, 0, [], []
     timing, timed_first = None, None
     if p.timing_batches:              # warm-up (allocator, positional-embedding cache) before any timing
         sample(model, noise[:p.batch], y[:p.batch], 2, ref["cfg_scale"], BlockRunner())
-        timing, timed_first = time_policy(model, ref, noise, y, policy, p, knob, ctx.seed)
+        timing, timed_first = time_policy(model, ref, noise, y, policy, p, knob, ctx.seed, dev)
     for b, s in enumerate(range(0, n, p.batch)):
         sl = slice(s, s + p.batch)
         if b == 0 and timed_first is not None:   # the timed rounds sampled this batch already
@@ -206,8 +213,9 @@ def evaluate_policy(policy: str, p, ctx, knob: float | None = None, grid: bool |
             walls.append(timing.median("policy"))
         else:
             runner = make_runner(policy, p, knob)
-            with timed("thread") as t_b:              # sample_ms: the same clock as the timed rounds
+            with timed(devices.clock(dev)) as t_b:    # sample_ms: the same clock as the timed rounds
                 x_b = sample(model, noise[sl], y[sl], ref["steps"], ref["cfg_scale"], runner)
+                devices.synchronize(dev)
             walls.append(t_b.s)
         outs.append(x_b)
         run, tot = run + runner.units_run, tot + runner.units_total
@@ -239,14 +247,15 @@ def evaluate_policy(policy: str, p, ctx, knob: float | None = None, grid: bool |
 
 # ------------------------------------------------------------------------------------------ techniques
 @technique("foresight", family="diffusion", params=ForesightParams, inputs=("model", "reference", "classifier"),
-           summary="Foresight (arXiv 2506.00329): adaptive per-layer reuse across denoising steps (warm-up, "
+           devices=("cpu", "cuda"), summary="Foresight (arXiv 2506.00329): adaptive per-layer reuse across denoising steps (warm-up, "
                    "thresholds lambda x warm-up change, recompute every R steps) on the tiny DiT, vs full compute.")
 def run_foresight(p: ForesightParams, ctx) -> Result:
     info = {"lam": p.lam}
     lam = p.lam
     if p.target_skip > 0:
         torch.set_num_threads(1)
-        lam, cal_skip = calibrate(load_dit(ctx.input("model")), "foresight", p, ctx.input("reference"), ctx.seed)
+        lam, cal_skip = calibrate(load_dit(ctx.input("model"), ctx.device), "foresight", p, ctx.input("reference"),
+                                  ctx.seed)
         info.update(lam=lam, calib_skip=cal_skip)
     m, series, files = evaluate_policy("foresight", p, ctx, knob=lam)
     m["lam"] = lam
@@ -254,14 +263,14 @@ def run_foresight(p: ForesightParams, ctx) -> Result:
 
 
 @technique("reuse_baseline", family="diffusion", params=BaselineParams, inputs=("model", "reference", "classifier"),
-           summary="Reuse baselines on the tiny DiT: full compute, Static-N (reuse the last output between "
+           devices=("cpu", "cuda"), summary="Reuse baselines on the tiny DiT: full compute, Static-N (reuse the last output between "
                    "every N-th step), TeaCache-like whole-model skip, PAB-like attention broadcast.")
 def run_baseline(p: BaselineParams, ctx) -> Result:
     info: dict = {"policy": p.policy}
     knob = None
     if p.policy == "teacache":
         torch.set_num_threads(1)
-        model, ref = load_dit(ctx.input("model")), ctx.input("reference")
+        model, ref = load_dit(ctx.input("model"), ctx.device), ctx.input("reference")
         if p.fit_rescale:
             noise, y = draw(6_000 + ctx.seed, min(p.calib_samples, p.batch), model, ref["size"])
             p.coeffs = list(fit_teacache_rescale(model, noise, y, ref["steps"], ref["cfg_scale"]))
@@ -282,7 +291,7 @@ def is_monotone(xs: list[float], increasing: bool, tol: float = 0.0) -> bool:
 
 
 @technique("foresight_lambda_sweep", family="diffusion", params=SweepParams,
-           inputs=("model", "reference", "classifier"),
+           inputs=("model", "reference", "classifier"), devices=("cpu", "cuda"),
            summary="Foresight's lambda sweep: skip fraction and PSNR against full compute per lambda, monotonicity.")
 def run_sweep(p: SweepParams, ctx) -> Result:
     lams = sorted(float(x) for x in p.lams)
