@@ -36,7 +36,7 @@ REGISTRY_MODULE = "components.core.registry"
 # registry function -> its parameters in order; a name after "*" is keyword-only; "**" takes the rest
 _SIGNATURES: dict[str, tuple[str, ...]] = {
     "technique": ("name", "*", "family", "summary", "params", "validate", "inputs", "devices"),
-    "prepare_step": ("name", "*", "summary", "params", "inputs", "seeded", "devices"),
+    "prepare_step": ("name", "*", "summary", "params", "inputs", "seeded", "devices", "per_device"),
     "register": ("kind", "name", "*", "summary", "**"),
     "add": ("kind", "name", "obj", "summary", "**"),
 }

@@ -90,6 +90,7 @@ class PrepareStep:
     inputs: tuple[str, ...] = ()       # names of the prepare outputs it consumes
     seeded: bool = False               # one output per seed of the variants that need it
     devices: tuple[str, ...] = ("cpu",)   # where it runs (ctx.device): cpu, or cpu and cuda
+    per_device: bool = False           # its output depends on the device (a measured time): the key holds it
 
     @property
     def file(self) -> str:
@@ -336,7 +337,7 @@ def technique(name: str, *, family: str, summary: str, params: type | None = Non
 
 def prepare_step(name: str, *, summary: str, params: type | None = None,
                  inputs: tuple[str, ...] | list[str] = (), seeded: bool = False,
-                 devices: tuple[str, ...] = ("cpu",)):
+                 devices: tuple[str, ...] = ("cpu",), per_device: bool = False):
     """Register ``fn(params, ctx) -> output`` as a cacheable prepare step ``name``.
 
     ``inputs`` names the prepare outputs it consumes (``ctx.input(name)``); ``seeded`` steps are
@@ -345,15 +346,16 @@ def prepare_step(name: str, *, summary: str, params: type | None = None,
     components/ module it imports, so code it does not use must not live beside it.
     ``devices``: ``("cpu", "cuda")`` for a step that puts its tensors on ``ctx.device`` (it runs on a
     GPU when the experiment's tasks are given one); its output is handed to the cache on cpu and
-    its key does not hold the device, so declare it only where the output is the same artifact on
-    either device (a trained model; never a measured time).
+    its key does not hold the device, so a trained model made on a GPU serves a cpu run too. A step
+    whose output depends on the device (a measured time) says ``per_device=True``: the device it
+    will run on is then in its key.
     """
     if not devices or not set(devices) <= {"cpu", "cuda"}:
         raise ValueError(f"prepare step {name!r}: devices {devices!r} must be a non-empty subset of ('cpu', 'cuda')")
 
     def deco(fn):
         add("prepare_step", name, PrepareStep(name, summary.strip(), fn, params, tuple(inputs), seeded,
-                                              tuple(devices)), summary)
+                                              tuple(devices), per_device), summary)
         return fn
 
     return deco

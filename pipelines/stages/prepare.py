@@ -22,24 +22,38 @@ def run_step(step_name: str, params: Any, ctx_fields: dict, names: list[str], *u
 
     Only the step's own module is imported (the registry's index names it), not all of components/.
     ``ctx_fields["device"]`` is the experiment's request, resolved here; what a step built on a GPU is
-    handed back on cpu (the cache key does not hold the device: it is the same artifact)."""
+    handed back on cpu (the cache key does not hold the device: it is the same artifact). A
+    ``per_device`` step's key holds the device :func:`planned_device` expected; ``ctx_fields["keyed"]``
+    says which, and running elsewhere is an error rather than a cached output under the wrong key."""
     from components.core.devices import task_device, to_cpu
 
     step = get_prepare_step(step_name)
-    asked = ctx_fields.get("device", "cpu")
+    asked, keyed = ctx_fields.get("device", "cpu"), ctx_fields.get("keyed")
     # a cpu-only step runs on cpu under any request (device=cuda is checked against the techniques)
-    fields = {**ctx_fields, "device": task_device(asked if "cuda" in step.devices else "cpu", step.devices)}
+    fields = {**{k: v for k, v in ctx_fields.items() if k != "keyed"},
+              "device": task_device(asked if "cuda" in step.devices else "cpu", step.devices)}
+    require(keyed is None or keyed == fields["device"], "experiment.device", asked,
+            f"a device this task can use: prepare step {step_name!r} is keyed to {keyed} (the experiment asked "
+            f"for GPUs) but runs on {fields['device']} here; set experiment.device=cpu or install torch with CUDA")
     t0 = time.perf_counter()
     out = step.fn(params, RunContext(**fields, inputs=dict(zip(names, upstream))))
     out = to_cpu(out) if fields["device"] != "cpu" else out
     return out, time.perf_counter() - t0
 
 
+def planned_device(spec: ExperimentSpec, step) -> str:
+    """The device a step will run on, as the driver sees it: cuda where the step can, the experiment
+    does not ask for cpu and its tasks are given GPUs; else cpu."""
+    return "cuda" if "cuda" in step.devices and spec.device != "cpu" and spec.num_gpus > 0 else "cpu"
+
+
 def entry_keys(spec: ExperimentSpec, needed: list[tuple[PrepareSpec, list]]) -> dict[tuple[str, Any], str]:
-    """Cache key of every needed (entry, seed): step, parsed params, upstream keys, seed, code."""
+    """Cache key of every needed (entry, seed): step, parsed params, upstream keys, seed, code (and, for
+    a ``per_device`` step, the device it will run on)."""
     keys: dict[tuple[str, Any], str] = {}
     for p, seeds in needed:  # upstream first, so their keys exist
-        version = code_version(get_prepare_step(p.step).fn)
+        step = get_prepare_step(p.step)
+        version = code_version(step.fn) + (f"@{planned_device(spec, step)}" if step.per_device else "")
         for seed in seeds:
             upstream = {inp: keys[(up, seed if spec.entry(up).seeded else None)] for inp, up in p.inputs.items()}
             keys[(p.name, seed)] = cache_key(p.step, p.params, version, upstream, seed)
@@ -47,8 +61,10 @@ def entry_keys(spec: ExperimentSpec, needed: list[tuple[PrepareSpec, list]]) -> 
 
 
 def _ctx(spec: ExperimentSpec, p: PrepareSpec, seed: Any, key: str, runs_dir: Path) -> dict:
+    step = get_prepare_step(p.step)
     return {"experiment": spec.name, "variant": f"prepare:{p.name}" + (f"@{seed}" if seed is not None else ""),
-            "seed": 0 if seed is None else seed, "workdir": runs_dir / "cache" / f"{key}.work", "device": spec.device}
+            "seed": 0 if seed is None else seed, "workdir": runs_dir / "cache" / f"{key}.work", "device": spec.device,
+            **({"keyed": planned_device(spec, step)} if step.per_device else {})}
 
 
 def prepare(spec: ExperimentSpec, runs_dir: Path, tracker, parent_id: str | None, console) -> tuple[dict, dict, float]:

@@ -122,3 +122,34 @@ def test_prepare_step_refuses_an_unknown_device():
 
     with pytest.raises(ValueError, match="non-empty subset"):
         prepare_step("x", summary="", devices=("tpu",))
+
+
+def test_a_measured_prepare_output_is_keyed_by_the_device_it_runs_on():
+    from pipelines import config
+    from pipelines.experiment import build_spec
+    from pipelines.stages.prepare import entry_keys
+
+    # Prepare: compactfusion on cpu and asking for a GPU per task (auto: cuda where it can run)
+    exp = config.compose(["experiment=compactfusion"])["experiment"]
+    cpu = build_spec(exp)
+    gpu = build_spec({**exp, "resources": {**exp["resources"], "num_gpus": 1}})
+    # Execute
+    k_cpu, k_gpu = (entry_keys(s, s.needed_prepare()) for s in (cpu, gpu))
+    # Assert: the calibration (a measured block time) gets another key; the trained DiT keeps its own
+    assert k_cpu[("calibration", None)] != k_gpu[("calibration", None)]
+    assert k_cpu[("model", None)] == k_gpu[("model", None)]
+
+
+def test_a_device_keyed_step_refuses_to_run_elsewhere(monkeypatch):
+    from components.core.registry import PrepareStep
+    from pipelines.stages import prepare
+
+    # Prepare: a step keyed to cuda (the experiment asked for GPUs) in a task where torch sees none
+    step = PrepareStep("probe", "", lambda p, ctx: ctx.device, None, devices=("cpu", "cuda"), per_device=True)
+    monkeypatch.setattr(prepare, "get_prepare_step", lambda name: step)
+    fields = {"experiment": "e", "variant": "prepare:probe", "seed": 0, "workdir": "/tmp", "device": "auto",
+              "keyed": "cuda"}
+    # Execute / Assert: an error naming the key, never a cpu measurement cached under the cuda key
+    with pytest.raises(ConfigError, match="keyed to cuda"):
+        prepare.run_step("probe", None, fields, [])
+    assert prepare.run_step("probe", None, {**fields, "keyed": "cpu"}, [])[0] == "cpu"

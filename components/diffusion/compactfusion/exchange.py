@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from components.compression.residual import ResidualReceiver, ResidualSender, StreamSpec
+from components.core import devices
 from components.core.errors import require
 from components.core.raytools import failure_reason
 from components.diffusion.sampling import BlockRunner
@@ -112,6 +113,7 @@ class ShardWorker:
         t0 = time.perf_counter()
         msgs = {"k": self.send[(layer, "k")].send(to_stream(k, self.branches)),
                 "v": self.send[(layer, "v")].send(to_stream(v, self.branches)), "shape": tuple(k.shape)}
+        devices.synchronize(str(k.device))      # on a GPU: the codec's kernels inside the span
         self.codec_s += time.perf_counter() - t0
         return msgs
 
@@ -136,6 +138,7 @@ class ShardWorker:
                 self.used[(layer, s)] = kv
             ks.append(kv[0])
             vs.append(kv[1])
+        devices.synchronize(str(q.device))
         self.codec_s += time.perf_counter() - t0
         out = attend(q, torch.cat(ks, dim=-2), torch.cat(vs, dim=-2))
         self.h = self.model.blocks[layer].finish(self.h, self.c, out, state)

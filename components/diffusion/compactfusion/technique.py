@@ -2,8 +2,9 @@
 shards exchanging K/V every block: single device, synchronous exact exchange, DistriFusion-like
 stale K/V, naive / residual / error-feedback compression (CompactFusion), scored against the
 single-device samples from the same noise; bytes counted from the payloads, latency on
-calibrated link presets. Quality runs in-process; the same noise on P Ray actors must give the
-same bits (per seed)."""
+calibrated link presets. Quality runs in-process on ``ctx.device``; the same noise on P Ray actors
+must give the same bits (per seed), checked on cpu (the node actors hold no GPU), against an
+in-process cpu run of the same samples."""
 from __future__ import annotations
 
 import math
@@ -200,21 +201,25 @@ def _actor_check(p: CFParams, prepared: dict, model, ref_in: dict, ctx) -> dict:
 
 
 @technique("compactfusion", family="diffusion", params=CFParams, validate=validate,
-           inputs=("model", "classifier", "reference", "calibration"),
+           inputs=("model", "classifier", "reference", "calibration"), devices=("cpu", "cuda"),
            summary="Patch-parallel DiT sampling over 4 token shards (Ray actors) exchanging K/V every block: "
                    "synchronous, DistriFusion-like stale, naive / residual / error-feedback 1-bit, INT2 and "
                    "low-rank (CompactFusion); PSNR/SSIM/class accuracy vs single device, bytes, simulated latency.")
 def run_compactfusion(p: CFParams, ctx) -> Result:
     torch.set_num_threads(1)
-    prepared, ref_in, cal = ctx.input("model"), ctx.input("reference"), ctx.input("calibration")
-    model = load_dit(prepared)
-    classifier = load_classifier(ctx.input("classifier"))
+    dev = ctx.device
+    prepared, ref_cpu, cal = ctx.input("model"), ctx.input("reference"), ctx.input("calibration")
+    model = load_dit(prepared, dev)
+    classifier = load_classifier(ctx.input("classifier"), dev)
+    ref_in = {**ref_cpu, **{k: ref_cpu[k].to(dev) for k in ("noise", "y", "x")}}
     cfg = model.cfg
     require(cfg.frames == 1, "model.frames", cfg.frames, "1: the patch-parallel runner shards image tokens (clips not built)")
     n_tok = (cfg.img_size // cfg.patch) ** 2
     require(n_tok % p.shards == 0, "shards", p.shards, f"a divisor of the {n_tok} tokens")
     require(cal["shards"] == p.shards and cal["batch"] == p.batch, "calibration", cal,
             f"calibrated at shards={p.shards} and batch={p.batch}")
+    require(cal.get("device", "cpu") == dev, "calibration.device", cal.get("device", "cpu"),
+            f"{dev}, where this run samples (the link presets are calibrated against its block time)")
     require(ref_in["size"] == cfg.img_size, "reference.size", ref_in["size"],
             f"the model's resolution {cfg.img_size} (patch-parallel runs at the trained size)")
     steps, depth, P, spec = ref_in["steps"], cfg.depth, p.shards, p.spec()
@@ -286,8 +291,8 @@ def run_compactfusion(p: CFParams, ctx) -> Result:
                   "recon_err_over_change_mean": float(np.mean(rel)), "recon_err_over_change_trend_z": trend_z(rel),
                   "recon_err_over_change_growth": growth(rel),
                   "kv_step_change_mean": float(np.mean(chg)), "kv_step_change_last": chg[-1]})
-        if p.actor_check:
-            m.update(_actor_check(p, prepared, model, ref_in, ctx))
+        if p.actor_check:   # on cpu: the node actors hold no GPU
+            m.update(_actor_check(p, prepared, model if dev == "cpu" else load_dit(prepared), ref_cpu, ctx))
     files = {}
     if p.grid_samples:
         from components.diffusion.artifacts import grid_png
