@@ -19,6 +19,10 @@ round differently. This script runs the pure-torch paths on the device, each aga
 5. ``fal_tp_step``: one rank's tensor-parallel step (tp=2, communication counted, not sent) of FAL
    against pre-LN at ``--width``: CUDA events on cuda, perf_counter on cpu; timings printed, never
    judged; the all-reduce counts per forward are checked (pre_ln 2L, fal L+1).
+6. ``dp_in_process``: the data-parallel loop's in-process ranks (ddp_train's fp32, and FAL + DUO 1-bit +
+   MeCeFO's takeover at once, as training_composed runs them) for 6 steps: losses against cpu, and every
+   rank holding the same weights. ``mecefo_train``: MeCeFO's vectorised replicas through a kill (svd and
+   gaussian low-rank FFN gradients), losses and weights against cpu.
 
 It runs without Ray, Hydra or MLflow (a GPU machine may have torch alone): it imports torch and
 modules under components/ only, and refuses any import of ray, hydra or mlflow, so a module that
@@ -602,6 +606,93 @@ def check_fal_tp_step(dev: torch.device, args) -> str:
             f"pre_ln {counts['pre_ln']}, fal {counts['fal']}")
 
 
+# --------------------------------------------------------------------------- 6. data-parallel ranks
+
+
+def _dp_run(dev: torch.device, variant: dict) -> dict:
+    """A few steps of the data-parallel loop's in-process ranks (components.training.ddp.loop) on ``dev``."""
+    from components.core.registry import lookup
+    from components.data.char_corpus import build_corpus
+    from components.training.ddp.loop import train_in_process
+    from components.training.duo import fast_slow  # noqa: F401  (registers ddp_strategy "duo")
+
+    corpus = build_corpus(0.1)
+    cfg = dict(workers=2, batch=4, steps=6, lr=3e-3, warmup=2, final_lr_frac=0.1, optimizer="adamw",
+               weight_decay=0.1, bits=1, bucket=128, eval_every=3, eval_batches=1, eval_batch=4,
+               final_eval_batches=2, ddp_bucket_mb=25.0, powersgd_rank=2, powersgd_start=10, fail_at=None,
+               takeover=None, seed=0, device=str(dev), vocab_size=corpus.vocab_size, train=corpus.train,
+               val=corpus.val, model=dict(n_layer=2, n_head=2, d_model=32, context=32), block="pre_ln")
+    cfg.update(variant)
+    cfg["strategy"] = lookup("ddp_strategy", cfg.pop("sync"), key="strategy")
+    return train_in_process(cfg)
+
+
+def check_dp_in_process(dev: torch.device, args) -> str:
+    """ddp_train (fp32) and the composed job (FAL blocks, DUO 1-bit, MeCeFO takeover) as 2 in-process
+    ranks for 6 steps on the device: losses against cpu, every rank's weights equal."""
+    import os
+
+    if Path("/sys/class/net/lo").exists():
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    variants = {
+        "fp32": dict(method="fp32", sync="sync"),
+        "composed": dict(method="duo", sync="duo", block="fal",
+                         takeover=dict(recovery="mecefo", down_steps=2, kills=[[1, 1]], rank=0, basis="svd",
+                                       refresh=3)),
+    }
+    t = tol(dev, 1e-4)                               # 6 AdamW steps after 1-bit codes: kernels' rounding grows
+    figs, bad = [], []
+    for name, v in variants.items():
+        try:
+            c, d = _dp_run(torch.device("cpu"), v), _dp_run(dev, v)
+            lc, ld = (out["ranks"][0]["train_loss"] + out["ranks"][0]["val_loss"] for out in (c, d))
+            err = max(abs(a - b) / abs(b) for a, b in zip(ld, lc))
+            sums = {r["param_checksum"] for r in d["ranks"]}
+            if err > t:
+                bad.append(f"{name}: losses rel err vs cpu {err:.1e} > {t:.0e}")
+            if len(sums) != 1:
+                bad.append(f"{name}: the ranks' weights differ on {dev} (checksums {sorted(sums)})")
+            if v.get("takeover") and not d["ranks"][0]["takes"]:
+                bad.append(f"{name}: rank 0 took over no micro-batch")
+            figs.append(f"{name} final val {ld[-1]:.4f} (cpu {lc[-1]:.4f}, rel err {err:.1e})")
+        except Exception as e:
+            bad.append(f"{name}: {where(e)}")
+    if bad:
+        raise Fail("; ".join(bad))
+    return f"2 ranks x 6 steps (tol {t:.0e}): " + ", ".join(figs)
+
+
+def check_mecefo_train(dev: torch.device, args) -> str:
+    """MeCeFO's vectorised replicas (components.training.mecefo.train) for 6 steps through a kill: svd
+    and gaussian low-rank FFN gradients, skipped attention, evaluation and gradient cosines, against cpu."""
+    from components.data.char_corpus import build_corpus
+    from components.training.mecefo.approx import Approx
+    from components.training.mecefo.schedule import fixed_schedule
+    from components.training.mecefo.train import TrainSetup, params_vector, train
+
+    corpus = build_corpus(0.1)
+    setup = TrainSetup(n_layer=2, n_head=2, d_model=32, context=32, batch=4, steps=6, lr=3e-3, warmup=2,
+                       eval_every=3, eval_batches=1, eval_batch=4, final_eval_batches=2)
+    sets, _ = fixed_schedule(4, 6, [(1, 2)], 2)
+    t = tol(dev, 1e-4)                               # 6 AdamW steps: kernels' rounding grows
+    figs, bad = [], []
+    for basis in ("svd", "gaussian"):
+        try:
+            a = Approx(rank=4, basis=basis, refresh=3)
+            c, d = (train(setup, corpus, 0, sets, "mecefo", a, device=str(d_)) for d_ in (torch.device("cpu"), dev))
+            err = max(abs(x - y) / abs(y) for x, y in zip(d["val_loss"] + [d["final_val_loss"]],
+                                                          c["val_loss"] + [c["final_val_loss"]]))
+            werr = rel_err(params_vector(d["model"]), params_vector(c["model"]))
+            if err > t or werr > t:
+                bad.append(f"{basis}: rel err vs cpu, losses {err:.1e}, weights {werr:.1e} > {t:.0e}")
+            figs.append(f"{basis} final val {d['final_val_loss']:.4f} (rel err {err:.1e}, weights {werr:.1e})")
+        except Exception as e:
+            bad.append(f"{basis}: {where(e)}")
+    if bad:
+        raise Fail("; ".join(bad))
+    return f"4 replicas x 6 steps, replica 2 down at step 1 (tol {t:.0e}): " + ", ".join(figs)
+
+
 # --------------------------------------------------------------------------- driver
 
 CHECKS = {
@@ -615,6 +706,8 @@ CHECKS = {
     "ssn_boundary": check_ssn_boundary,
     "dit_foresight_compactfusion": check_dit_foresight_compactfusion,
     "fal_tp_step": check_fal_tp_step,
+    "dp_in_process": check_dp_in_process,
+    "mecefo_train": check_mecefo_train,
 }
 
 

@@ -1,21 +1,25 @@
 """Exactness of the ring, on a trained model's first attention layer: the vectorised ring (the
 training path) and the actor ring against each other, and, when nothing is compressed, against
 full causal attention on one process (``F.scaled_dot_product_attention``), forward and backward.
+The vectorised ring and full attention run on the model's device; the actor ring on cpu (its node
+actors hold no GPU), against the vectorised ring and full attention run on cpu on the same inputs.
 """
 from __future__ import annotations
 
 import torch
 from torch.nn import functional as F
 
+from components.core import devices
 from components.training.context_parallel.actors import run_actor_ring
 from components.training.context_parallel.ring import index_records, make_expand, ring_attention
 from components.training.context_parallel.wire import make_codec
+from components.training.on_device import device_of
 
 
 def layer0_inputs(model, x: torch.Tensor) -> dict:
     """q, k, v, wire variables, bases and index of layer 0 for tokens ``x`` (detached)."""
     with torch.no_grad():
-        h = model.tok(x) + model.pos(torch.arange(x.shape[1]))
+        h = model.tok(x) + model.pos(torch.arange(x.shape[1], device=x.device))
         attn = model.blocks[0].attn
         q, k, v, wk, wv, Bk, Bv, idx = attn.qkv_wire(model.blocks[0].ln1(h))
     return {"q": q, "k": k, "v": v, "wk": wk, "wv": wv, "basis_k": Bk, "basis_v": Bv, "idx": idx,
@@ -81,9 +85,11 @@ def max_err(a: dict, b: dict, names) -> float:
 
 def exactness(model, x: torch.Tensor, seed: int, nodes=None, key: str = "cp", fail_rank: int = -1,
               use_actors: bool = True, timeout_s: float = 300.0) -> dict:
-    """Metrics: actor vs vectorised (every codec); vs full attention where nothing is compressed."""
-    t = layer0_inputs(model, x)
-    dout = torch.randn(t["q"].shape, generator=torch.Generator().manual_seed(seed))
+    """Metrics: actor vs vectorised (every codec); vs full attention where nothing is compressed.
+    ``x`` on any device; ``dout`` drawn on cpu (the same on every device) and moved to the model's."""
+    dev = device_of(model)
+    t = layer0_inputs(model, x.to(dev))
+    dout = torch.randn(t["q"].shape, generator=torch.Generator().manual_seed(seed)).to(dev)
     vec = vectorised(t, dout)
     out = {"vec_fwd_bytes": sum(n * h for kind, n, h in vec["sink"] if kind in ("fwd", "idx")),
            "vec_bwd_bytes": sum(n * h for kind, n, h in vec["sink"] if kind == "bwd")}
@@ -94,6 +100,11 @@ def exactness(model, x: torch.Tensor, seed: int, nodes=None, key: str = "cp", fa
         out["vec_vs_full_fwd_err"] = max_err(vec, full, ["out"])
         out["vec_vs_full_grad_err"] = max_err(vec, full, grads)
     if use_actors:
+        if dev.type != "cpu":       # the actors' cpu arithmetic against the same paths on cpu
+            t, dout = devices.to_cpu(t), dout.cpu()
+            vec = vectorised(t, dout)
+            if exact:
+                full = full_attention(t, dout)
         act = actors(t, dout, nodes, key, fail_rank, timeout_s)
         out["actor_vs_vec_err"] = max(max_err(act, vec, ["out"]), max_err(act, vec, grads))
         out["actor_fwd_bytes"], out["actor_bwd_bytes"] = act["fwd_bytes"], act["bwd_bytes"]

@@ -143,7 +143,7 @@ def expand_block(kv: str, basis, idx_block, w: torch.Tensor) -> torch.Tensor:
         return w
     if kv == "randproj":
         return w @ basis.transpose(-1, -2).unsqueeze(0)
-    hsel = torch.arange(basis.shape[0]).view(1, -1, 1)
+    hsel = torch.arange(basis.shape[0], device=basis.device).view(1, -1, 1)
     return (basis[hsel, idx_block] @ w.unsqueeze(-1)).squeeze(-1)                   # (B, H, Tc, d_h)
 
 

@@ -1,6 +1,10 @@
 """Registered technique ``context_parallel``: ring attention over 4 chunks of a char GPT with the
 K/V traffic uncompressed, int8, on a fixed random projection, or on learned (mixtures of)
-subspaces; bytes of every hop on the shared Link, simulated time to the uncompressed loss."""
+subspaces; bytes of every hop on the shared Link, simulated time to the uncompressed loss.
+
+Training (the ring vectorised in one process) runs on ``ctx.device``; the layer-0 actor check on cpu
+(the node actors hold no GPU), against the vectorised ring on cpu (components.training.context_parallel.check).
+The simulated clock is a FLOP count (``gflops``), not a measured time, so it does not depend on the device."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -8,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from components.core import devices
 from components.core.errors import require
 from components.core.memory import PeakRSS
 from components.core.netsim import Link
@@ -86,16 +91,17 @@ class CPParams(CPSetup):
                         M=self.M, bucket=self.bucket, balance=self.balance, seed=seed)
 
 
-@technique("context_parallel", family="training", params=CPParams, inputs=("corpus",),
+@technique("context_parallel", family="training", params=CPParams, inputs=("corpus",), devices=("cpu", "cuda"),
            summary="Ring attention over 4 context chunks (Ray actors) with K/V sent uncompressed, int8, on a "
                    "random projection, or on learned mixtures of subspaces (coefficients + index); bytes per hop "
                    "on 300 Mbps and 100 Gbps links, simulated time to the uncompressed loss.")
 def run_context_parallel(p: CPParams, ctx) -> Result:
     corpus = ctx.input("corpus")
-    spec = p.spec(ctx.seed)
+    spec, dev = p.spec(ctx.seed), ctx.device
     with PeakRSS() as mem:
-        with timed("wall") as trained:     # train_s_per_step: the wall clock of the whole training loop
-            out = train(p.train_setup(), spec, corpus, ctx.seed, progress=ctx.progress)
+        with timed(devices.clock(dev, "wall")) as trained:     # train_s_per_step: the whole training loop's wall clock
+            out = train(p.train_setup(), spec, corpus, ctx.seed, progress=ctx.progress, device=dev)
+            devices.synchronize(dev)
         x, _ = sample_batch(corpus.val, p.check_batch, p.context, np.random.default_rng(ctx.seed + 777))
         check = exactness(out["model"], x, ctx.seed, nodes=ctx.nodes, key=ctx.host_key("exactness"),
                           fail_rank=p.fail_rank, use_actors=p.actor_check, timeout_s=p.timeout_s)

@@ -1,7 +1,9 @@
 """One training run of the char GPT with ``cp_ring`` blocks (the vectorised ring), one seed.
 
 The technique's training loop; the curves it returns are what the experiment's ``reach:``
-metrics (time to the uncompressed run's final loss) are read on.
+metrics (time to the uncompressed run's final loss) are read on. It runs on ``device``: the init
+(cpu seed, the fixed projections' cpu generators) and the batches are drawn on cpu and moved, so a
+seed trains from the same start on any device.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from components.models.knobs import GPTTrainKnobs
 from components.core.errors import require
 from components.training.context_parallel.ring import RingSpec, build_model, layer_stats
 from components.training.ddp.optim import lr_at
+from components.training.on_device import InputsTo
 
 EVAL_SEED = 54321  # the same validation windows for every variant and seed
 
@@ -54,11 +57,11 @@ class CPSetup(TrainSetup):
         return TrainSetup(**{f.name: getattr(self, f.name) for f in fields(TrainSetup)})
 
 
-def train(setup: TrainSetup, spec: RingSpec, corpus, seed: int, progress=None) -> dict:
-    """Train; returns the validation curve, per-layer payloads of a step, usage and the model."""
+def train(setup: TrainSetup, spec: RingSpec, corpus, seed: int, progress=None, device: str = "cpu") -> dict:
+    """Train on ``device``; returns the validation curve, per-layer payloads of a step, usage and the model."""
     torch.set_num_threads(setup.threads)
     torch.manual_seed(seed)
-    model = build_model(corpus.vocab_size, setup.n_layer, setup.n_head, setup.d_model, setup.context, spec)
+    model = build_model(corpus.vocab_size, setup.n_layer, setup.n_head, setup.d_model, setup.context, spec).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith(("U_k", "U_v"))]
     rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and not n.endswith(("U_k", "U_v")))]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": setup.weight_decay},
@@ -72,7 +75,7 @@ def train(setup: TrainSetup, spec: RingSpec, corpus, seed: int, progress=None) -
         for g in opt.param_groups:
             g["lr"] = lr_at(step, setup.steps, setup.lr, setup.warmup, setup.final_lr_frac)
         x, y = sample_batch(corpus.train, setup.batch, setup.context, rng)
-        _, ce = model(x, y)
+        _, ce = model(x.to(device), y.to(device))
         loss = ce + spec.balance * sum(blk.attn.aux for blk in model.blocks) if spec.M > 1 else ce
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -81,14 +84,14 @@ def train(setup: TrainSetup, spec: RingSpec, corpus, seed: int, progress=None) -
         stats = st if stats is None else [{k: a[k] + b[k] for k in a} for a, b in zip(stats, st)]
         train_losses.append(ce.item())
         if (step + 1) % setup.eval_every == 0 or step + 1 == setup.steps:
-            vals.append(evaluate_loss(model, corpus.val, setup.context, setup.batch, setup.eval_batches,
+            vals.append(evaluate_loss(InputsTo(model), corpus.val, setup.context, setup.batch, setup.eval_batches,
                                       seed=EVAL_SEED))
             steps.append(step + 1)
         if progress:
             progress(step + 1, setup.steps, loss=train_losses[-1])
     mean = [{k: v / setup.steps for k, v in s.items()} for s in stats]
     usage = [blk.attn.usage for blk in model.blocks if blk.attn.usage is not None]
-    entropy = float(np.mean([-(u.clamp_min(1e-12) * u.clamp_min(1e-12).log()).sum(-1).mean() for u in usage])) \
+    entropy = float(np.mean([-(u.clamp_min(1e-12) * u.clamp_min(1e-12).log()).sum(-1).mean().cpu() for u in usage])) \
         if usage else math.nan
     return {"steps": steps, "val_loss": vals, "train_loss": train_losses, "layers": mean,
             "final_val_loss": vals[-1], "usage_entropy": entropy, "model": model,

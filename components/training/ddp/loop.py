@@ -10,8 +10,14 @@ on fixed validation windows and returns per-step series, bytes per path, gloo se
 median compute phase times (forward, backward with the hook's codec work, optimizer) through a
 small checkpoint (Ray Train V2 returns metrics only with one).
 
+Device: the model, its flat parameter vector, the optimizer's moments and every batch live on
+``cfg["device"]`` (the task's ``ctx.device``; cpu by default). Batches are drawn on cpu from the seeded
+generators and then moved, so a seed trains on the same windows on any device.
+
 Phase clock (the one place every data-parallel experiment's simulated step gets its compute from):
-the calling thread's CPU time (``time.thread_time``), medians over the steps. Wall time on this
+the calling thread's CPU time (``time.thread_time``) on cpu, medians over the steps; on cuda the wall
+clock, each phase ending with the device synchronized (a thread's CPU time does not see GPU kernels;
+``components.core.devices.clock``). Wall time on this
 2-core machine shared by 4 workers (and other jobs) measures the scheduler as much as the model: a
 variant run while other jobs load the machine gets slower phases than one run on an idle machine,
 and DUO's forward shares its worker's half core with its own slow all-reduce (gloo's thread), which
@@ -49,15 +55,20 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from components.core import devices
+    from components.core.timing import clock_of
     from components.data.char_corpus import sample_batch
     from components.models.gpt import GPT, GPTConfig, evaluate_loss
     from components.training.ddp.optim import lr_at
     from components.training.ddp.strategies import flatten_params
     from components.training.ddp.takeover import Takeover, TakeoverSpec
+    from components.training.on_device import InputsTo
 
-    with _BUILD:
+    dev = cfg.get("device", "cpu")
+    with _BUILD:   # initialised on cpu (the same weights on any device), then moved
         torch.manual_seed(seed)
         model = GPT(GPTConfig(vocab_size=cfg["vocab_size"], block=cfg.get("block", "pre_ln"), **cfg["model"]))
+    model.to(dev)
     flat = flatten_params(model)
     ctx_len = cfg["model"]["context"]
     ddp = DDP(model, bucket_cap_mb=cfg["ddp_bucket_mb"], process_group=process_group)
@@ -66,7 +77,7 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None
     rng = np.random.default_rng(seed * 10_007 + rank)
     steps, fail = cfg["steps"], cfg.get("fail_at")
     spec = TakeoverSpec.parse(cfg.get("takeover"), world, cfg["model"]["d_model"])
-    tk = Takeover(spec, world, steps, seed, rank) if cfg.get("takeover") is not None else None
+    tk = Takeover(spec, world, steps, seed, rank, dev) if cfg.get("takeover") is not None else None
     fwd, bwd, opt, hook_s = [], [], [], []            # thread CPU seconds per phase
     fwd_w, bwd_w, opt_w = [], [], []                  # wall seconds per phase (collectives and waits out)
     val_steps, val_loss, train_loss = [], [], []
@@ -74,8 +85,14 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None
     check_at = cfg.get("stop_after") or cfg.get("check_steps") or 0
     check_weights = None
 
+    phase_clock = clock_of(devices.clock(dev))
+
+    def clk() -> float:   # the phase clock, read after the device's queued work is done
+        devices.synchronize(dev)
+        return phase_clock()
+
     def evaluate():
-        return evaluate_loss(model, val, ctx_len, cfg["eval_batch"], cfg["eval_batches"], seed=12345)
+        return evaluate_loss(InputsTo(model), val, ctx_len, cfg["eval_batch"], cfg["eval_batches"], seed=12345)
 
     for step in range(steps):
         if fail and rank == fail[0] and step == fail[1]:
@@ -94,19 +111,20 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None
             x, y = tk.batch(train, cfg["batch"], ctx_len, step, rank)
         else:
             x, y = sample_batch(train, cfg["batch"], ctx_len, rng)
+        x, y = x.to(dev), y.to(dev)
         fast_before = strat.paths["fast"].seconds
         exposed_before = strat.exposed_s
-        c0, t0 = time.thread_time(), time.perf_counter()
+        c0, t0 = clk(), time.perf_counter()
         strat.before_forward(step)
-        c0b = time.thread_time()
+        c0b = clk()
         take_s = tk.run_extras(ddp, train, cfg["batch"], ctx_len, step) if tk else 0.0
-        c1, t1 = time.thread_time(), time.perf_counter()
+        c1, t1 = clk(), time.perf_counter()
         _, loss = ddp(x, y)
-        c2, t2 = time.thread_time(), time.perf_counter()
+        c2, t2 = clk(), time.perf_counter()
         (loss * 0.0 if tk and tk.is_down(step) else loss).backward()   # a down replica sends a zero gradient
-        c3, t3 = time.thread_time(), time.perf_counter()
+        c3, t3 = clk(), time.perf_counter()
         strat.after_backward(step, lr)
-        c4, t4 = time.thread_time(), time.perf_counter()
+        c4, t4 = clk(), time.perf_counter()
         coll = strat.paths["fast"].seconds - fast_before
         fwd.append(c2 - c1)
         bwd.append(c3 - c2)
@@ -131,7 +149,7 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None
            "take_cost_ratio": tk.cost_ratio(ddp, train, cfg["batch"], ctx_len) if tk and not cfg.get("stop_after") else 1.0}
     out["refresh_cost_ratio"] = tk.refresh_cost_ratio(ddp) if tk and not cfg.get("stop_after") else 0.0
     if rank == 0 and check_weights is not None:
-        out.update(check_weights=check_weights.tolist(), check_train_loss=train_loss[:check_at])
+        out.update(check_weights=check_weights.cpu().tolist(), check_train_loss=train_loss[:check_at])
     if rank == 0 and cfg.get("stop_after"):
         out.update(train_loss=train_loss)
     elif rank == 0:
@@ -139,7 +157,8 @@ def run_seed(cfg: dict, seed: int, train, val, rank: int, world: int, group=None
             val_steps.append(steps)
             val_loss.append(evaluate())
         out.update(val_steps=val_steps, val_loss=val_loss, train_loss=train_loss,
-                   final_val_loss=evaluate_loss(model, val, ctx_len, cfg["eval_batch"], cfg["final_eval_batches"],
+                   final_val_loss=evaluate_loss(InputsTo(model), val, ctx_len, cfg["eval_batch"],
+                                                cfg["final_eval_batches"],
                                                 seed=54321))
     # every rank holds the same weights after the last update (checked by the tests)
     out["param_checksum"] = float(sum(float(p.detach().double().sum()) for p in model.parameters()))
@@ -159,10 +178,15 @@ def train_in_process(cfg: dict) -> dict:
 def train_worker(cfg: dict) -> None:
     """Ray Train entry point (one call per worker)."""
     import ray.train
+    import ray.train.torch
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    if cfg.get("device", "cpu") != "cpu":   # the GPU Ray Train gave this worker (one each, NCCL)
+        dev = ray.train.torch.get_device()
+        torch.cuda.set_device(dev)
+        cfg = {**cfg, "device": str(dev)}
     rank, world = dist.get_rank(), dist.get_world_size()
     train = np.asarray(cfg["train"])
     val = np.asarray(cfg["val"])

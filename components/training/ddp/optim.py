@@ -68,7 +68,8 @@ class AdamW(FunctionalOptimizer):
         else:
             self.wd = [w if isinstance(w, torch.Tensor) else float(w) for w in weight_decay]
         sizes = [p.numel() for p in params]
-        self.m_flat = torch.zeros(sum(sizes), dtype=params[0].dtype if params else torch.float32)
+        self.m_flat = torch.zeros(sum(sizes), dtype=params[0].dtype if params else torch.float32,
+                                  device=params[0].device if params else None)   # beside the parameters
         self.v_flat = torch.zeros_like(self.m_flat)
         self.m = [s.view_as(p) for s, p in zip(self.m_flat.split(sizes), params)]
         self.v = [s.view_as(p) for s, p in zip(self.v_flat.split(sizes), params)]
@@ -90,7 +91,7 @@ class AdamW(FunctionalOptimizer):
 
     def _fused(self, out, grads, ms, vs, k: int, lr: float) -> None:
         """``out`` <- AdamW step (in place) with moments ``ms``/``vs`` updated in place, step count ``k``."""
-        step = torch.tensor(float(k))
+        step = torch.tensor(float(k), device=self.m_flat.device)   # the fused kernel's step on its device
         for idx in self.groups:
             w = self.wd[idx[0]]
             if isinstance(w, torch.Tensor):       # per-element decay: one multiply, then the kernel without it

@@ -13,13 +13,17 @@ schedule's, not a killed process (the ``mecefo`` experiment kills and restarts r
 Every micro-batch, whoever computes it, is drawn from (seed, step, j) and its gaussian projections from
 the same triple, so variants with and without failures see the same data. The svd bases are every
 rank's own, refreshed at the same steps from the same weights (:class:`~components.training.mecefo.approx.Bases`).
+Micro-batches are drawn on cpu and moved to the rank's device; the cost ratios' clock is the thread's CPU
+time on cpu and the wall clock to the device's sync on cuda (``components.core.devices.clock``).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+from components.core import devices
 from components.core.errors import require
+from components.core.timing import clock_of
 from components.training.mecefo.approx import Approx, Bases, approximated, check_basis, check_rank, check_refresh
 from components.training.mecefo.schedule import failure_schedule, fixed_schedule, takeover
 from components.training.mecefo.train import draw, projection_gen
@@ -90,8 +94,8 @@ class TakeoverSpec:
 class Takeover:
     """One rank's view of the schedule in the DDP loop."""
 
-    def __init__(self, spec: TakeoverSpec, world: int, steps: int, seed: int, rank: int):
-        self.spec, self.seed, self.rank, self.world = spec, seed, rank, world
+    def __init__(self, spec: TakeoverSpec, world: int, steps: int, seed: int, rank: int, device: str = "cpu"):
+        self.spec, self.seed, self.rank, self.world, self.device = spec, seed, rank, world, device
         self.sets, self.events = spec.schedule(world, steps, seed)
         self.approx = spec.approx()
         self.bases = Bases(self.approx) if self.approx is not None else None
@@ -106,7 +110,9 @@ class Takeover:
         return loads.get(self.rank, [self.rank])[1:]
 
     def batch(self, train, batch: int, context: int, step: int, j: int):
-        return draw(train, batch, context, self.seed, step, j)
+        """Micro-batch ``j`` of ``step`` on this rank's device."""
+        x, y = draw(train, batch, context, self.seed, step, j)
+        return x.to(self.device), y.to(self.device)
 
     def run_extras(self, ddp, train, batch: int, context: int, step: int) -> float:
         """Forward and backward of the taken-over micro-batches, gradients accumulated without a sync;
@@ -135,14 +141,16 @@ class Takeover:
 
         if self.approx is None:
             return 1.0
-        x, y = draw(train, batch, context, self.seed, len(self.sets), self.rank)   # a step past training
+        x, y = self.batch(train, batch, context, len(self.sets), self.rank)   # a step past training
+        clock = clock_of(devices.clock(self.device))
 
         def cpu(a) -> float:
-            c0 = time.thread_time()
+            c0 = clock()
             with ddp.no_sync(), approximated(ddp.module, a, projection_gen(self.seed, -1, self.rank), self.bases):
                 ddp(x, y)[1].backward()
             ddp.module.zero_grad(set_to_none=True)
-            return time.thread_time() - c0
+            devices.synchronize(self.device)
+            return clock() - c0
 
         cpu(None), cpu(self.approx)            # warm-up
         exact, taken = zip(*((cpu(None), cpu(self.approx)) for _ in range(reps)))

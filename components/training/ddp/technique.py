@@ -8,7 +8,13 @@ One call trains one seed (``ctx.seed``); the DAG runs the seeds.
 (:mod:`components.training.ddp.world`), and with ``ray_check_steps: K`` the first K steps also run
 on the Ray Train workers, whose weights after them are compared with the in-process ranks'
 (``ray_check_bitwise``, ``ray_check_max_abs_diff``): the distributed path stays exercised on every
-run while the bulk of the steps stop paying for 4 processes in lock-step on 2 cores."""
+run while the bulk of the steps stop paying for 4 processes in lock-step on 2 cores.
+
+Device: the ranks train on ``ctx.device``. On cuda the Ray Train workers take one GPU each over NCCL
+(:mod:`components.training.ddp.runner`) and the in-process ranks share the task's GPU. The check's
+bitwise equality is a cpu property: the in-process ranks add in gloo's ring order
+(:func:`components.training.ddp.world.ring_sum`), which NCCL's reductions do not follow, so on cuda
+``ray_check_max_abs_diff`` is the figure to read."""
 from __future__ import annotations
 
 import os
@@ -142,6 +148,7 @@ def run_data_parallel(p: DPParams, ctx, method: str, strategy: str = "sync") -> 
     corpus = ctx.input("corpus")
     cfg = {k: v for k, v in asdict(p).items() if k not in ("link", "slow_link", "model")}
     cfg.update(method=method, strategy=lookup("ddp_strategy", strategy, key="strategy"), seed=ctx.seed,
+               device=ctx.device,
                model=dict(SIZES[p.model]), vocab_size=corpus.vocab_size, train=corpus.train, val=corpus.val)
     name = f"{ctx.variant}-s{ctx.seed}"
     ctx.progress(0, 1, phase=0)
@@ -265,6 +272,7 @@ def r0_context(p: DPParams) -> int:
 
 
 @technique("ddp_train", family="training", params=DDPParams, validate=_validate, inputs=("corpus",),
+           devices=("cpu", "cuda"),
            summary="Data-parallel GPT on Ray Train (gloo) with the gradient sync as a DDP comm hook: "
                    "fp32, torch PowerSGD, plain or error-feedback 8/4/2/1-bit codecs.")
 def run_ddp_train(p: DDPParams, ctx) -> Result:

@@ -162,13 +162,14 @@ def all_gather(out: list[torch.Tensor], tensor: torch.Tensor, group=None) -> Non
 
 
 def new_group(group=None):
-    """A second channel beside ``group`` (DUO's slow path): its own gloo group across processes, its own
-    virtual group in-process (made once per world by :func:`run_ranks`)."""
+    """A second channel beside ``group`` (DUO's slow path): its own group across processes, on the default
+    group's backend (gloo on cpu, NCCL on cuda), its own virtual group in-process (made once per world by
+    :func:`run_ranks`)."""
     import torch.distributed as dist
 
     if isinstance(group, RankGroup):
         return group.group.slow.bind(group.rank)
-    return dist.new_group(backend="gloo")
+    return dist.new_group(backend=dist.get_backend())
 
 
 def destroy_group(group) -> None:

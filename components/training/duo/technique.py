@@ -16,6 +16,7 @@ class DuoParams(DPParams):
 
 
 @technique("duo", family="training", params=DuoParams, validate=_validate, inputs=("corpus",),
+           devices=("cpu", "cuda"),
            summary="DUO (Double Update Overlap, NeurIPS 2025): 4/1/0-bit fast gradient sync with a tentative "
                    "update; the exact gradient is all-reduced behind the next forward and committed one step late.")
 def run_duo(p: DuoParams, ctx) -> Result:

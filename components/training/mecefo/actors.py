@@ -11,6 +11,9 @@ weights, optimizer state and svd bases from its neighbour before taking part aga
 
 A replica that dies outside the schedule (or does not answer within ``timeout_s``) raises
 :class:`ReplicaDied` with Ray's reason: the variant ends FAILED, never hangs.
+
+The replicas run on cpu whatever the technique's device: Ray gives these actors no GPU (``num_cpus=0``,
+no ``num_gpus``), and the check compares them with an in-process cpu run.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import time
 import torch
 
 from components.core.raytools import failure_reason
+from components.core.timing import timed
 
 
 class ReplicaDied(RuntimeError):
@@ -46,16 +50,17 @@ class Replica:
         return os.getpid()
 
     def grad(self, step: int, load: list[int]) -> tuple[torch.Tensor, float]:
+        """This replica's contribution at ``step`` and its wall seconds (cpu work: no device to wait for)."""
         from components.training.mecefo.train import replica_grad
 
         if self.crash_at == (self.rank, step):
             os._exit(3)  # a death outside the schedule (fault drill)
-        t0 = time.perf_counter()
-        if self.bases is not None:
-            self.bases.at(self.model, step)
-        g = replica_grad(self.model, self.train_data, self.setup, self.seed, step, self.rank, load,
-                         self.recovery, self.approx, self.approx_own, self.bases)
-        return g, time.perf_counter() - t0
+        with timed("wall") as t:
+            if self.bases is not None:
+                self.bases.at(self.model, step)
+            g = replica_grad(self.model, self.train_data, self.setup, self.seed, step, self.rank, load,
+                             self.recovery, self.approx, self.approx_own, self.bases)
+        return g, t.s
 
     def apply(self, g: torch.Tensor, lr: float) -> int:
         from components.training.mecefo.train import apply_grad

@@ -33,11 +33,14 @@ first-signal norm) and the step's reduction takes their mean over the computing 
 :func:`approximated` swaps the blocks' forward for the duration of one micro-batch, so the model
 itself (``GPT.forward``) is reused unchanged. :class:`SavedBytes` counts what autograd keeps for
 backward (``torch.autograd.graph.saved_tensors_hooks``), parameters excluded, each storage once.
+
+Device: everything runs where the model's weights are (``ctx.device``); micro-batches drawn on cpu are
+moved there by :func:`microbatch_loss`, and gaussian projections are drawn from cpu generators and
+moved, so a seed gives the same draws on any device.
 """
 from __future__ import annotations
 
 import math
-import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -45,7 +48,10 @@ import torch
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
+from components.core import devices
 from components.core.errors import require
+from components.core.timing import timed
+from components.training.on_device import device_of
 
 BLOCKS = ("pre_ln", "parallel", "fal", "fal_plus")   # blocks of the shared GPT the rules apply to
 BASES = ("svd", "gaussian")                           # the low-rank weight-gradient projection
@@ -109,14 +115,15 @@ class LowRankLinear(torch.autograd.Function):
 
 
 def projection(weight: torch.Tensor, r: int, gen: torch.Generator | None, basis: str = "svd") -> torch.Tensor:
-    """P (in x r) for a linear's ``weight`` (out x in): its top-r right singular vectors (``svd``) or
-    Gaussian / sqrt(r) (``gaussian``, unbiased sketch); the identity at full rank."""
+    """P (in x r) for a linear's ``weight`` (out x in), on its device: its top-r right singular vectors
+    (``svd``) or Gaussian / sqrt(r) (``gaussian``, unbiased sketch; drawn from the cpu generator ``gen``
+    and moved, the same draw on any device); the identity at full rank."""
     fan_in = weight.shape[1]
     if r >= fan_in:
-        return torch.eye(fan_in)
+        return torch.eye(fan_in, device=weight.device)
     if basis == "svd":
         return torch.linalg.svd(weight.detach(), full_matrices=False).Vh[:r].t().contiguous()
-    return torch.randn(fan_in, r, generator=gen) / math.sqrt(r)
+    return torch.randn(fan_in, r, generator=gen).to(weight.device) / math.sqrt(r)
 
 
 def ffn_linears(model) -> list:
@@ -127,9 +134,10 @@ def ffn_linears(model) -> list:
 class Bases:
     """One replica's svd projections (``a.basis == "svd"``), refreshed at the steps that are multiples of
     ``a.refresh`` from the weights of that step (:meth:`at`, called by the training loops every step
-    before anything is computed). ``seconds``: thread CPU time of the last refresh; ``refreshes``:
-    how many ran. Its state travels with a replica's weights (:meth:`state` / :meth:`load`), so a
-    replica restarted mid-window uses its neighbour's P, as if it had never been down."""
+    before anything is computed). ``seconds``: the last refresh on the clock of the weights' device
+    (``components.core.devices.clock``: thread CPU time on cpu, wall time to the device's sync on cuda);
+    ``refreshes``: how many ran. Its state travels with a replica's weights (:meth:`state` /
+    :meth:`load`), so a replica restarted mid-window uses its neighbour's P, as if it had never been down."""
 
     def __init__(self, a: "Approx"):
         self.a = a
@@ -147,9 +155,12 @@ class Bases:
         return self
 
     def refresh(self, model) -> None:
-        c0 = time.thread_time()
-        self.Ps = [projection(lin.weight, self.a.r(lin.in_features), None, "svd") for lin in ffn_linears(model)]
-        self.seconds = time.thread_time() - c0
+        lins = ffn_linears(model)
+        dev = str(lins[0].weight.device)
+        with timed(devices.clock(dev)) as t:
+            self.Ps = [projection(lin.weight, self.a.r(lin.in_features), None, "svd") for lin in lins]
+            devices.synchronize(dev)
+        self.seconds = t.s
         self.refreshes += 1
 
     def of_block(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +188,7 @@ def skipped_params(model) -> list[torch.nn.Parameter]:
 def skipped_mask(model) -> torch.Tensor:
     """Boolean mask over the flat parameter vector (``model.parameters()`` order) of :func:`skipped_params`."""
     ids = {id(p) for p in skipped_params(model)}
-    return torch.cat([torch.full((p.numel(),), id(p) in ids) for p in model.parameters()])
+    return torch.cat([torch.full((p.numel(),), id(p) in ids, device=p.device) for p in model.parameters()])
 
 
 def _ffn(blk, h: torch.Tensor, Ps) -> torch.Tensor:
@@ -259,9 +270,11 @@ def approximated(model, a: Approx | None, gen: torch.Generator | None = None, ba
 
 def microbatch_loss(model, x, y, a: Approx | None, gen: torch.Generator | None = None,
                     bases: Bases | None = None) -> torch.Tensor:
-    """Mean next-token cross-entropy of one micro-batch, exact (``a`` None) or under MeCeFO rules."""
+    """Mean next-token cross-entropy of one micro-batch, exact (``a`` None) or under MeCeFO rules, on the
+    model's device (``x``, ``y`` drawn on cpu are moved there)."""
+    dev = device_of(model)
     with approximated(model, a, gen, bases):
-        return model(x, y)[1]
+        return model(x.to(dev), y.to(dev))[1]
 
 
 class SavedBytes:

@@ -6,7 +6,11 @@ Loss: the replicas' math vectorised in one process (:mod:`train`). Time: the vir
 :mod:`simtime` on the microbenchmarked costs of the ``timing`` input, every replica also paying its
 share of the svd bases' refresh (one refresh per ``refresh`` steps) under MeCeFO. Faults: with
 ``actor_check`` the first ``actor_steps`` steps also run on Ray actors killed and restarted by Ray,
-and must give the vectorised run's weights."""
+and must give the vectorised run's weights.
+
+Device: the vectorised run (training, saved bytes, gradient checks) runs on ``ctx.device``; the actor
+check runs on cpu (the actors hold no GPU) against an in-process cpu run of the same steps. The
+``timing`` input is a measured time, keyed by the device it ran on; a run refuses one from another."""
 from __future__ import annotations
 
 import time
@@ -93,7 +97,8 @@ def _validate(p: MeCeFOParams, exp: dict) -> None:
 
 
 def actor_check(p: MeCeFOParams, corpus, seed: int, a: Approx) -> dict:
-    """The first ``actor_steps`` on Ray actors with real kills vs the vectorised loop, same schedule."""
+    """The first ``actor_steps`` on Ray actors with real kills vs the vectorised loop, same schedule, both
+    on cpu: the actors hold no GPU, and a cuda run's rounding would differ from theirs."""
     sets, _ = fixed_schedule(p.replicas, p.actor_steps, [tuple(k) for k in p.actor_kills], p.actor_down)
     from components.training.mecefo.actors import run_on_actors
 
@@ -111,18 +116,22 @@ def actor_check(p: MeCeFOParams, corpus, seed: int, a: Approx) -> dict:
 
 
 @technique("mecefo", family="training", params=MeCeFOParams, validate=_validate, inputs=("corpus", "timing"),
+           devices=("cpu", "cuda"),
            summary="MeCeFO (NeurIPS 2025): a failed DP replica's ring neighbour carries its micro-batch with attention "
                    "skipped in backward, FFN recomputation and low-rank FFN weight gradients; vs exact "
                    "neighbour-do-both, checkpoint-restart, fault-free; replicas as Ray actors killed and restarted.")
 def run_mecefo(p: MeCeFOParams, ctx) -> Result:
-    corpus, timing = ctx.input("corpus"), ctx.input("timing")
+    corpus, timing, dev = ctx.input("corpus"), ctx.input("timing"), ctx.device
+    require(timing.get("device", "cpu") == dev, "timing.device", timing.get("device", "cpu"),
+            f"{dev}, where this run trains (the virtual clock reads the micro-batch costs measured there)")
     n, a, seed = p.replicas, p.approx(), ctx.seed
     t_start = time.perf_counter()
     sets, events = failure_schedule(n, p.steps, p.failure_rate, p.down_steps, seed)
     if p.clock_only:   # the initial model: its parameter count and activation bytes are all the clock reads
-        out = train(p, corpus, seed, sets, p.recovery, a, steps=0, evaluate=False) | {"val_steps": [], "cos": []}
+        out = train(p, corpus, seed, sets, p.recovery, a, steps=0, evaluate=False, device=dev)
+        out |= {"val_steps": [], "cos": []}
     else:
-        out = train(p, corpus, seed, sets, p.recovery, a, p.approx_own, progress=ctx.progress)
+        out = train(p, corpus, seed, sets, p.recovery, a, p.approx_own, progress=ctx.progress, device=dev)
     model = out["model"]
 
     # --- virtual clock on the microbenchmarked costs

@@ -6,17 +6,22 @@ paid once per ``refresh`` steps) is timed on its own (``svd_refresh_s``).
 
 CPU timing on a shared machine is noisy: the modes are timed round-robin (each repetition runs
 every mode once, so load drifts hit them alike) and the virtual clock uses medians.
+
+It runs on ``ctx.device`` (wall time, each timed span ending with the device synchronized, so a GPU's
+kernels are inside it): a measured time, so the device is in its cache key (``per_device``) and in its
+output, and the technique refuses a timing from another device than its own.
 """
 from __future__ import annotations
 
 import itertools
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
 
+from components.core import devices
 from components.core.registry import prepare_step
+from components.core.timing import timed
 from components.models.gpt import GPT
 from components.models.knobs import GPTShape, require_positive_ints
 from components.training.mecefo.approx import Approx, Bases, SavedBytes, check_rank, microbatch_loss
@@ -57,15 +62,17 @@ class TimingParams(GPTShape):
         check_rank(self.rank, self.d_model)
 
 
-def measure(p: TimingParams, vocab: int, seed: int = 0) -> dict:
+def measure(p: TimingParams, vocab: int, seed: int = 0, device: str = "cpu") -> dict:
     """{mode: {"s": median seconds fwd+bwd, "saved_bytes": ...}}, the median seconds of one refresh of the
-    svd bases, and the model's size."""
+    svd bases, the model's size and the ``device`` it was measured on (model and batch initialised on cpu
+    from ``seed``, then moved)."""
     torch.set_num_threads(p.threads)
     torch.manual_seed(seed)
-    model = GPT(p.gpt(vocab))
+    model = GPT(p.gpt(vocab)).to(device)
     g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, vocab, (p.batch, p.context), generator=g)
-    y = torch.randint(0, vocab, (p.batch, p.context), generator=g)
+    x = torch.randint(0, vocab, (p.batch, p.context), generator=g).to(device)
+    y = torch.randint(0, vocab, (p.batch, p.context), generator=g).to(device)
+    clock = devices.clock(device, cpu_clock="wall")
     modes = all_modes(p.rank)
     bases = Bases(Approx(rank=p.rank)).at(model, 0)     # held, as in training (the weights do not move here)
     times: dict[str, list[float]] = {k: [] for k in modes}
@@ -78,23 +85,23 @@ def measure(p: TimingParams, vocab: int, seed: int = 0) -> dict:
     for rep in range(p.warmup + p.reps):
         for k, a in modes.items():
             model.zero_grad(set_to_none=True)
-            t0 = time.perf_counter()
-            microbatch_loss(model, x, y, a, torch.Generator().manual_seed(rep), bases).backward()
-            dt = time.perf_counter() - t0
+            with timed(clock) as t:
+                microbatch_loss(model, x, y, a, torch.Generator().manual_seed(rep), bases).backward()
+                devices.synchronize(device)
             if rep >= p.warmup:
-                times[k].append(dt)
-        t0 = time.perf_counter()
-        bases.refresh(model)
+                times[k].append(t.s)
+        with timed(clock) as t:
+            bases.refresh(model)
         if rep >= p.warmup:
-            refresh_s.append(time.perf_counter() - t0)
+            refresh_s.append(t.s)
     for k in modes:
         out[k]["s"] = statistics.median(times[k])
     return {"modes": out, "svd_refresh_s": statistics.median(refresh_s),
-            "n_params": sum(q.numel() for q in model.parameters()), "params": vars(p).copy()}
+            "n_params": sum(q.numel() for q in model.parameters()), "params": vars(p).copy(), "device": device}
 
 
-@prepare_step("mecefo_timing", params=TimingParams, inputs=("corpus",),
+@prepare_step("mecefo_timing", params=TimingParams, inputs=("corpus",), devices=("cpu", "cuda"), per_device=True,
               summary="MeCeFO step-time microbenchmark: median fwd+bwd per micro-batch and saved-activation bytes, "
                       "exact and under every combination of the three approximations (4L/d128 GPT, batch 16).")
 def prepare_mecefo_timing(p: TimingParams, ctx) -> dict:
-    return measure(p, ctx.input("corpus").vocab_size)
+    return measure(p, ctx.input("corpus").vocab_size, device=ctx.device)

@@ -8,6 +8,9 @@ piece of per-replica math: the Ray actors (:mod:`actors`) call it too, so the ac
 this loop step for step (checked per seed). Micro-batch ``j`` of step ``t`` and its gaussian projections
 are drawn from (seed, t, j), whoever computes them; the svd bases come from the weights at the start of
 their refresh window (:class:`~components.training.mecefo.approx.Bases`), the same on every replica.
+The loop runs on ``device`` (the technique's ``ctx.device``): model, optimizer state and gradients live
+there, micro-batches and evaluation windows are drawn on cpu and moved, so a seed trains on the same data
+on any device; the actors build their replicas on cpu.
 """
 from __future__ import annotations
 
@@ -21,8 +24,10 @@ from components.data.char_corpus import sample_batch
 from components.models.gpt import GPT, evaluate_loss
 from components.models.knobs import GPTTrainKnobs
 from components.training.ddp.optim import lr_at
-from components.training.mecefo.approx import Approx, Bases, flat_grad, grad_of, microbatch_loss, skipped_mask
+from components.training.mecefo.approx import (Approx, Bases, ffn_linears, flat_grad, grad_of, microbatch_loss,
+                                               skipped_mask)
 from components.training.mecefo.schedule import takeover
+from components.training.on_device import InputsTo
 
 EVAL_SEED = 54321  # the same validation windows for every variant and seed
 RECOVERIES = ("fault_free", "ndb", "mecefo", "ckpt_restart", "drop")
@@ -44,10 +49,11 @@ class TrainSetup(GPTTrainKnobs):
         require(self.replicas >= 2, "replicas", self.replicas, "at least 2 (a neighbour takes over)")
 
 
-def build(setup: TrainSetup, vocab: int, seed: int):
-    """The model (initialised from ``seed``) and its AdamW (decay on matrices only)."""
+def build(setup: TrainSetup, vocab: int, seed: int, device: str = "cpu"):
+    """The model (initialised from ``seed`` on cpu, then moved to ``device``: the same initial weights
+    on any device) and its AdamW (decay on matrices only)."""
     torch.manual_seed(seed)
-    model = GPT(setup.gpt(vocab))
+    model = GPT(setup.gpt(vocab)).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": setup.weight_decay},
@@ -78,13 +84,14 @@ def finish_grad(g: torch.Tensor, mask: torch.Tensor, loads: dict, recovery: str,
                 approx_own: bool, n: int) -> torch.Tensor:
     """The all-reduced step gradient (sum over micro-batches / n) with the skipped attention's part
     (``mask``: :func:`~components.training.mecefo.approx.skipped_mask`) made the mean over the micro-batches
-    that computed it (``approx.attn_mean``), in place; unchanged when no micro-batch skipped it."""
+    that computed it (``approx.attn_mean``); ``g`` itself when no micro-batch skipped it. A masked select
+    rather than boolean indexing, which would wait for the device to count the mask."""
     if recovery != "mecefo" or not (approx.skip_attn and approx.attn_mean):
         return g
     carried = sum(len(ld) for ld in loads.values())
     skipped = sum(is_approximated(recovery, i, ld, j, approx_own) for i, ld in loads.items() for j in ld)
     if skipped and carried > skipped:
-        g[mask] *= n / (carried - skipped)
+        return torch.where(mask, g * (n / (carried - skipped)), g)
     return g
 
 
@@ -171,8 +178,8 @@ def grad_cosines(model, train, setup: TrainSetup, seed: int, approx: Approx, n_b
     from dataclasses import replace
 
     mask = skipped_mask(model)
-    ffn = torch.cat([torch.full((p.numel(),), any(p is lin.weight for blk in model.blocks for lin in (blk.mlp[0], blk.mlp[2])))
-                     for p in model.parameters()])
+    ffn_ids = {id(lin.weight) for lin in ffn_linears(model)}
+    ffn = torch.cat([torch.full((p.numel(),), id(p) in ffn_ids, device=p.device) for p in model.parameters()])
     cos = lambda a, b: float(torch.nn.functional.cosine_similarity(a, b, dim=0))  # noqa: E731
     out = {k: [] for k in ("grad_cosine", "grad_cosine_step", "grad_cosine_skip_rest", "grad_cosine_lowrank_ffn",
                            "attn_grad_share")}
@@ -198,19 +205,20 @@ def grad_cosines(model, train, setup: TrainSetup, seed: int, approx: Approx, n_b
 
 
 def train(setup: TrainSetup, corpus, seed: int, sets, recovery: str, approx: Approx, approx_own: bool = False,
-          steps: int | None = None, evaluate: bool = True, progress=None, grouped: bool = True) -> dict:
-    """Train ``steps`` (default ``setup.steps``) through schedule ``sets``; curves, the model and the svd
-    bases' refresh count and CPU seconds. ``grouped``: exact micro-batches in one pass
-    (:func:`grouped_grad`); False: the actors' arithmetic."""
+          steps: int | None = None, evaluate: bool = True, progress=None, grouped: bool = True,
+          device: str = "cpu") -> dict:
+    """Train ``steps`` (default ``setup.steps``) through schedule ``sets`` on ``device``; curves, the model
+    and the svd bases' refresh count. ``grouped``: exact micro-batches in one pass (:func:`grouped_grad`);
+    False: the actors' arithmetic."""
     torch.set_num_threads(setup.threads)
     steps = setup.steps if steps is None else steps
-    model, opt = build(setup, corpus.vocab_size, seed)
+    model, opt = build(setup, corpus.vocab_size, seed, device)
     n = setup.replicas
     val_steps, val_loss, cos_steps, cos = [], [], [], []
     bases = Bases(approx) if recovery == "mecefo" else None
 
     def ev(nb):
-        return evaluate_loss(model, corpus.val, setup.context, setup.eval_batch, nb, seed=EVAL_SEED)
+        return evaluate_loss(InputsTo(model), corpus.val, setup.context, setup.eval_batch, nb, seed=EVAL_SEED)
 
     for step in range(steps):
         if bases is not None:

@@ -80,6 +80,13 @@ class BoundaryCodec:
         if name == "ssn" and table is None:
             raise ValueError("the ssn codec needs the fixed token table")
 
+    def to(self, device) -> "BoundaryCodec":
+        """The fixed constants on ``device``, in place (as ``nn.Module.to``): the payloads are made and read
+        where the stage runs; the value codecs hold no tensors of their own."""
+        self.basis = None if self.basis is None else self.basis.to(device)
+        self.table = None if self.table is None else self.table.to(device)
+        return self
+
     # --- forward -----------------------------------------------------------------------------
     def pre(self, y: torch.Tensor, tok: torch.Tensor | None) -> torch.Tensor:
         if self.name == "naive":

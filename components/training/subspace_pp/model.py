@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from components.models.gpt import GPT, GPTConfig
+from components.training.on_device import device_of
 
 
 def fixed_basis(d: int, k: int, seed: int) -> torch.Tensor:
@@ -99,7 +100,8 @@ class Stage(nn.Module):
 
 def build_stages(cfg: GPTConfig, stages: int, seed: int, k: int, ssn: bool = False,
                  basis_seed: int = 1234) -> tuple[list[Stage], dict]:
-    """The GPT (seeded init) cut into ``stages`` stages; with ``ssn`` its subspace-constrained form.
+    """The GPT (seeded init, on cpu: the same weights and constants whatever device the stages then run
+    on) cut into ``stages`` stages; with ``ssn`` its subspace-constrained form.
 
     Returns the stages and the fixed constants ``{"basis": U (d x k), "table": T_fix}`` (U also
     serves the naive-projection codec; T_fix is None for the dense model).
@@ -126,8 +128,9 @@ def build_stages(cfg: GPTConfig, stages: int, seed: int, k: int, ssn: bool = Fal
 
 
 def reference_loss(stages: list[Stage], idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The same model in one process, no boundaries: mean next-token cross-entropy."""
-    x = idx
+    """The same model in one process, no boundaries, on the stages' device (``idx``, ``targets`` drawn on
+    cpu are moved there): mean next-token cross-entropy."""
+    x = idx.to(device_of(stages[0]))
     for st in stages:
         x = st(x)
-    return F.cross_entropy(x.reshape(-1, x.size(-1)), targets.reshape(-1))
+    return F.cross_entropy(x.reshape(-1, x.size(-1)), targets.to(x.device).reshape(-1))

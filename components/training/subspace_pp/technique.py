@@ -11,8 +11,11 @@ tiny stages) runs the same StageWorker code in the driver after the first ``acto
 ran on the stage actors from the same initial weights and batches, and records how far the two
 differ (losses, bytes, weights: ``actor_vs_local_*``; 0 when they are bitwise equal; NaN with
 ``actor_check_steps: 0``, for variants no claim checks this way).
+Device: ``in_process`` runs the pipeline on ``ctx.device``; the stage actors run on cpu (Ray gives them
+no GPU), so on cuda the actor check compares them with the same steps run in process on cpu.
 The simulated clock is the GPipe schedule on each configured link (``links``: name -> link), from
-the stages' measured compute (thread CPU time) and the bytes the codec really produced.
+the stages' measured compute (thread CPU time on cpu, wall time to the device's sync on cuda) and the
+bytes the codec really produced.
 ``bandwidth_share_<link>``: of the boundary messages' transfer time on that link, the share that is
 serialisation (bytes / bandwidth) rather than latency. SSN cuts bytes, not messages, so its time
 advantage needs a link where that share is large for the dense baseline.
@@ -34,6 +37,7 @@ from components.core.errors import require
 from components.core.netsim import Link
 from components.core.registry import technique
 from components.core.result import Result
+from components.core.timing import timed
 from components.data.char_corpus import sample_batch
 from components.models.knobs import GPTTrainKnobs
 from components.training.ddp.optim import lr_at
@@ -98,6 +102,14 @@ class SubspacePPParams(GPTTrainKnobs):
         if self.execution == "in_process" and self.die_stage >= 0:
             require(self.die_at_step < self.actor_check_steps, "die_at_step", self.die_at_step,
                     f"below actor_check_steps={self.actor_check_steps} (in_process: only those steps run on actors)")
+
+
+def _validate(p: SubspacePPParams, exp: dict) -> None:
+    """``device: cuda`` needs ``execution: in_process``: the stage actors hold no GPU, and a cuda request that
+    trains on cpu would be a silent cpu run (``auto`` runs the actors on cpu, as it runs each technique
+    where it can)."""
+    require(not (exp.get("device") == "cuda" and p.execution == "actors"), "execution", p.execution,
+            "in_process with experiment.device=cuda (the stage actors hold no GPU)")
 
 
 def _fwd_pass(actors, step: int, x, y, micro: int, train: bool):
@@ -176,10 +188,10 @@ class _Pipeline:
                 pass
 
 
-def actor_check(args: list[dict], p: SubspacePPParams, corpus, seed: int):
-    """The first ``actor_check_steps`` training steps on the stage actors, drawing the batches the
-    in-process run draws: (per-step losses, per-step stage stats, stage weights after them)."""
-    pipe = _Pipeline(start_stages(args), p.timeout_s)
+def prefix_run(stages, p: SubspacePPParams, corpus, seed: int):
+    """The first ``actor_check_steps`` training steps on ``stages`` (actors or in-process), drawing the
+    batches the in-process run draws: (per-step losses, per-step stage stats, stage weights after them)."""
+    pipe = _Pipeline(stages, p.timeout_s)
     rng = np.random.default_rng(seed)
     losses, stats = [], []
     try:
@@ -196,6 +208,15 @@ def actor_check(args: list[dict], p: SubspacePPParams, corpus, seed: int):
 
 def _bytes_of(st: list[dict]) -> list:
     return [(s["fwd_bytes"], s["bwd_bytes"]) for s in st]
+
+
+def actor_vs_local(actors: tuple, local: tuple) -> dict:
+    """How far the stage actors' first steps are from the in-process ones: two (losses, stats, weights)
+    of :func:`prefix_run`'s form, both on cpu."""
+    return {"actor_vs_local_loss_err": float(np.max(np.abs(np.subtract(local[0], actors[0])))),
+            "actor_vs_local_weight_err": max(float((lw[k] - aw[k]).abs().max())
+                                             for lw, aw in zip(local[2], actors[2]) for k in lw),
+            "actor_bytes_match": float(all(_bytes_of(a) == _bytes_of(b) for a, b in zip(local[1], actors[1])))}
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -218,15 +239,18 @@ def reference_errors(ref_stages, x, y, pipe_loss: float, pipe_grads: list[dict])
     return abs(pipe_loss - ref) / abs(ref), gerr
 
 
-@technique("subspace_pp", family="training", params=SubspacePPParams, inputs=("corpus",),
+@technique("subspace_pp", family="training", params=SubspacePPParams, validate=_validate, inputs=("corpus",),
+           devices=("cpu", "cuda"),
            summary="Pipeline parallelism over Ray actors (GPipe, one stage per actor) with boundary codecs: "
                    "SSN subspace coordinates + token ids (exact) vs dense fp32/bf16, int8, top-k, naive projection.")
 def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
     t_start = time.perf_counter()
     corpus = ctx.input("corpus")
     cfg = p.gpt(corpus.vocab_size, tie_embeddings=False)
+    in_process = p.execution == "in_process"
+    dev = ctx.device if in_process else "cpu"   # where the pipeline runs: stage actors hold no GPU
     stages, const = build_stages(cfg, p.stages, ctx.seed, p.k, ssn=p.codec == "ssn", basis_seed=p.basis_seed)
-    ref_stages = copy.deepcopy(stages) if p.reference_check else None
+    ref_stages = [st.to(dev) for st in copy.deepcopy(stages)] if p.reference_check else None
     codec = [BoundaryCodec(p.codec, p.d_model, const["basis"], const["table"], p.topk_keep, p.wire_dtype,
                            corpus.vocab_size) for _ in range(p.stages - 1)]
     args = [dict(index=s, n_stages=p.stages, module=stages[s], recv=codec[s - 1] if s else None,
@@ -237,11 +261,13 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
     rng = np.random.default_rng(ctx.seed)
     vrng = np.random.default_rng(VAL_SEED)
     val = [sample_batch(corpus.val, p.batch, p.context, vrng) for _ in range(max(p.eval_batches, p.final_eval_batches))]
-    in_process = p.execution == "in_process"
-    check = actor_check(args, p, corpus, ctx.seed) if in_process and p.actor_check_steps else None
-    pipe = _Pipeline(local_stages(args) if in_process else start_stages(args), p.timeout_s)
+    check = prefix_run(start_stages(args), p, corpus, ctx.seed) if in_process and p.actor_check_steps else None
     actor_err = {"actor_vs_local_loss_err": math.nan, "actor_vs_local_weight_err": math.nan,
                  "actor_bytes_match": math.nan}
+    if check is not None and dev != "cpu":   # the actors ran on cpu: compared with their steps in process on cpu
+        actor_err = actor_vs_local(check, prefix_run(local_stages(copy.deepcopy(args)), p, corpus, ctx.seed))
+    pipe = _Pipeline(local_stages(args, dev) if in_process else start_stages(args), p.timeout_s)
+    local_stats = []   # on cpu, the in-process run's first steps are what the actors are compared with
     train_loss, sim = [], {n: [] for n in links}
     wire = {n: [0.0, 0.0] for n in links}   # per link: boundary seconds that are bandwidth, and in all
     compute_s, wall_step, fwd_bytes, bwd_bytes = [], [], [], []
@@ -259,24 +285,19 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
                     eval_sim[n].append(float(sum(sim[n])))
             if step == p.steps:
                 break
-            t0 = time.perf_counter()
-            x, y = sample_batch(corpus.train, p.batch, p.context, rng)
-            lr = lr_at(step, p.steps, p.lr, p.warmup, p.final_lr_frac)
-            train_loss.append(pipe.train_step(step, x, y, p.micro_batches, lr))
-            if step == 0 and ref_stages is not None:
-                loss_err, grad_err = reference_errors(ref_stages, x, y, train_loss[0], pipe.grads(step))
-            st = pipe.opt_step(step, lr)
-            wall_step.append(time.perf_counter() - t0)
-            if check is not None:
-                if step < p.actor_check_steps:
-                    actor_err["actor_bytes_match"] = float(_bytes_of(st) == _bytes_of(check[1][step])
-                                                           and actor_err["actor_bytes_match"] != 0.0)
+            with timed("wall") as t_step:   # the stages end each call with their device synchronized
+                x, y = sample_batch(corpus.train, p.batch, p.context, rng)
+                lr = lr_at(step, p.steps, p.lr, p.warmup, p.final_lr_frac)
+                train_loss.append(pipe.train_step(step, x, y, p.micro_batches, lr))
+                if step == 0 and ref_stages is not None:
+                    loss_err, grad_err = reference_errors(ref_stages, x, y, train_loss[0], pipe.grads(step))
+                st = pipe.opt_step(step, lr)
+            wall_step.append(t_step.s)
+            if check is not None and dev == "cpu" and step < p.actor_check_steps:
+                local_stats.append(st)
                 if step == p.actor_check_steps - 1:
-                    n = p.actor_check_steps
-                    actor_err["actor_vs_local_loss_err"] = float(np.max(np.abs(np.subtract(train_loss[:n], check[0]))))
                     local_w = pipe.get([a.weights.remote() for a in pipe.actors], step)
-                    actor_err["actor_vs_local_weight_err"] = max(
-                        float((lw[k] - aw[k]).abs().max()) for lw, aw in zip(local_w, check[2]) for k in lw)
+                    actor_err = actor_vs_local(check, (train_loss[:step + 1], local_stats, local_w))
             fwd = [s["fwd_s"] for s in st]
             bwd = [s["bwd_s"] for s in st]
             fb = [s["fwd_bytes"] for s in st[:-1]]
@@ -330,7 +351,7 @@ def run_subspace_pp(p: SubspacePPParams, ctx) -> Result:
         metrics[f"bandwidth_share_{n}"] = wire[n][0] / wire[n][1] if wire[n][1] > 0 else math.nan
         series[f"val_loss_vs_sim_s_{n}"] = (eval_sim[n], eval_vals, f"simulated seconds ({n})")
     info = {"schedule": "GPipe (fill-drain), backwards in micro-batch order", "execution": p.execution,
-            "codec": p.codec, "vocab": corpus.vocab_size,
+            "device": dev, "codec": p.codec, "vocab": corpus.vocab_size,
             "links": {n: {"bandwidth_bps": l.bandwidth_bps, "latency_s": l.latency_s} for n, l in links.items()},
             "stage_pids": [s["pid"] for s in stats]}
     return Result(metrics=metrics, series=series, info=info)

@@ -2,12 +2,17 @@
 
 The ranks' gradients are reassembled into the full model's (:func:`model.gather_grads`); the
 replicated ones must also agree across ranks. Counts and bytes are what the ranks' Comms logged.
+Thread ranks run on the model's device; rank actors on cpu (their node actors hold no GPU), against the
+single-process model on cpu too, so an actor check compares one device's arithmetic with itself.
 """
 from __future__ import annotations
+
+import copy
 
 import torch
 
 from components.models.gpt import GPT
+from components.training.on_device import device_of
 from components.training.tensor_parallel.model import gather_grads, is_sharded
 from components.training.tensor_parallel.ranks import reference, run_actors, run_threads
 
@@ -33,7 +38,12 @@ def compare(ref: dict, ranks: list[dict], model: GPT, tp: int) -> dict:
 
 def tp_exactness(model: GPT, x: torch.Tensor, y: torch.Tensor, tp: int, use_actors: bool = True,
                  timeout_s: float = 120.0, fail_rank: int = -1) -> dict:
-    """One step on ``tp`` rank actors (gloo) or threads against the single-process model."""
+    """One step on ``tp`` rank actors (gloo, cpu) or threads (the model's device) against the
+    single-process model; ``x``, ``y`` on any device."""
+    if use_actors and device_of(model).type != "cpu":
+        model = copy.deepcopy(model).to("cpu")
+    dev = device_of(model)
+    x, y = x.to(dev), y.to(dev)
     ref = reference(model, x, y)
     ranks = run_actors(model, x, y, tp, timeout_s, fail_rank) if use_actors else run_threads(model, x, y, tp)
     out = compare(ref, ranks, model, tp)

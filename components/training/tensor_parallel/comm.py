@@ -9,13 +9,16 @@ replicated parameters that sit between an ``f`` and a sharded layer, summed once
 Backends: :class:`GlooComm` (a gloo process group between rank actors), :class:`ThreadComm` (ranks
 as threads of one process: Ray-free tests), :class:`CountingComm` (one rank alone: counts and
 returns its own partial, for timing a rank's compute with the communication taken out).
+Tensors stay on the device they come from (gloo: cpu only).
 """
 from __future__ import annotations
 
 import threading
-import time
 
 import torch
+
+from components.core import devices
+from components.core.timing import timed
 
 
 class Comm:
@@ -26,17 +29,24 @@ class Comm:
 
     def __init__(self):
         self.log: list[tuple[str, int]] = []
-        self.comm_s = 0.0           # wall time inside all-reduces (real backends)
+        self.comm_s = 0.0           # wall time inside all-reduces, to the device's sync (real backends)
 
     def _sum(self, t: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def all_reduce(self, t: torch.Tensor, phase: str) -> torch.Tensor:
+    def _logged(self, t: torch.Tensor, phase: str) -> torch.Tensor:
+        """A private copy of ``t`` to sum into, its bytes logged under ``phase``."""
         t = t.detach().contiguous().clone()
         self.log.append((phase, t.numel() * t.element_size()))
-        t0 = time.perf_counter()
-        out = self._sum(t)
-        self.comm_s += time.perf_counter() - t0
+        return t
+
+    def all_reduce(self, t: torch.Tensor, phase: str) -> torch.Tensor:
+        t = self._logged(t, phase)
+        dev = str(t.device)
+        with timed(devices.clock(dev, "wall")) as e:
+            out = self._sum(t)
+            devices.synchronize(dev)
+        self.comm_s += e.s
         return out
 
     def counts(self) -> dict:
@@ -59,8 +69,9 @@ class CountingComm(Comm):
         super().__init__()
         self.rank, self.world = rank, world
 
-    def _sum(self, t):
-        return t
+    def all_reduce(self, t: torch.Tensor, phase: str) -> torch.Tensor:
+        """Logged, not timed: nothing travels, and on a GPU no sync may land inside the rank's timed compute."""
+        return self._logged(t, phase)
 
 
 class ThreadComm:

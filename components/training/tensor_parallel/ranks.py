@@ -5,6 +5,9 @@ A :class:`TPRank` holds one rank's shard and runs a training step's forward and 
 the project's generic NodeActors, started here with ``num_cpus=0`` and killed after: each rank
 actor process holds one gloo group of its own (file store in a temp dir, loopback sockets). A rank
 actor that dies or goes silent raises :class:`TPActorDied` with Ray's reason, never a hang.
+
+Devices: thread ranks and the :class:`RankTimer` run where the model they are given is (``ctx.device``);
+rank actors run on cpu (the node actors hold no GPU, and gloo sums cpu tensors).
 """
 from __future__ import annotations
 
@@ -15,8 +18,11 @@ import time
 
 import torch
 
+from components.core import devices
 from components.core.raytools import failure_reason
+from components.core.timing import timed
 from components.models.gpt import GPT, GPTConfig
+from components.training.on_device import device_of
 from components.training.tensor_parallel.comm import Comm, CountingComm, GlooComm, ThreadComm
 from components.training.tensor_parallel.model import TPRankGPT, shard_state
 
@@ -26,14 +32,16 @@ class TPActorDied(RuntimeError):
 
 
 class TPRank:
-    """Rank ``rank`` of ``tp`` over ``comm`` (or a gloo group on ``store_path`` when comm is None)."""
+    """Rank ``rank`` of ``tp`` over ``comm`` (or a gloo group on ``store_path`` when comm is None), its
+    shard on ``device`` (where ``step``'s batches must be)."""
 
     def __init__(self, cfg: dict, rank: int, tp: int, comm: Comm | None = None, store_path: str | None = None,
-                 timeout_s: float = 120.0, threads: int = 1, fail: bool = False):
+                 timeout_s: float = 120.0, threads: int = 1, fail: bool = False, device: str = "cpu"):
         torch.set_num_threads(threads)
         self.fail = fail                  # fault injection: the process exits at its step
+        self.device = device
         self.comm = comm if comm is not None else GlooComm(store_path, rank, tp, timeout_s)
-        self.model = TPRankGPT(GPTConfig(**cfg), rank, tp, self.comm)
+        self.model = TPRankGPT(GPTConfig(**cfg), rank, tp, self.comm).to(device)
 
     def load(self, state: dict) -> int:
         self.model.load_state_dict(state)
@@ -45,14 +53,14 @@ class TPRank:
             os._exit(17)
         self.comm.reset()
         self.model.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        logits, loss = self.model(x, y)
-        fwd = self.comm.counts()
-        loss.backward()
-        self.model.sync_partial_grads()
-        wall = time.perf_counter() - t0
+        with timed(devices.clock(self.device, "wall")) as wall:
+            logits, loss = self.model(x, y)
+            fwd = self.comm.counts()
+            loss.backward()
+            self.model.sync_partial_grads()
+            devices.synchronize(self.device)
         return {"logits": logits.detach(), "loss": loss.item(), "counts": self.comm.counts(),
-                "fwd_counts": fwd, "wall_s": wall, "comm_s": self.comm.comm_s,
+                "fwd_counts": fwd, "wall_s": wall.s, "comm_s": self.comm.comm_s,
                 "grads": {n: p.grad.detach().clone() for n, p in self.model.named_parameters()}}
 
 
@@ -67,9 +75,11 @@ def reference(model: GPT, x: torch.Tensor, y: torch.Tensor) -> dict:
 
 
 def run_threads(model: GPT, x, y, tp: int) -> list[dict]:
-    """Every rank as a thread of this process (ThreadComm): the TP math without Ray or sockets."""
-    tc, cfg, sd = ThreadComm(tp), model.cfg.to_dict(), model.state_dict()
-    ranks = [TPRank(cfg, r, tp, comm=tc.handle(r), threads=torch.get_num_threads()) for r in range(tp)]
+    """Every rank as a thread of this process (ThreadComm) on the model's device: the TP math without
+    Ray or sockets."""
+    tc, cfg, sd, dev = ThreadComm(tp), model.cfg.to_dict(), model.state_dict(), str(device_of(model))
+    ranks = [TPRank(cfg, r, tp, comm=tc.handle(r), threads=torch.get_num_threads(), device=dev) for r in range(tp)]
+    x, y = x.to(dev), y.to(dev)
     for r, rank in enumerate(ranks):
         rank.load(shard_state(sd, model.cfg, r, tp))
     out: list = [None] * tp
@@ -92,7 +102,8 @@ def run_threads(model: GPT, x, y, tp: int) -> list[dict]:
 
 
 def run_actors(model: GPT, x, y, tp: int, timeout_s: float = 120.0, fail_rank: int = -1) -> list[dict]:
-    """Every rank on its own Ray actor (num_cpus=0) with a gloo group between them.
+    """Every rank on its own Ray actor (num_cpus=0, cpu) with a gloo group between them; ``model``,
+    ``x`` and ``y`` on cpu.
 
     ``fail_rank``: that rank's process exits at the step (fault injection).
     """
@@ -132,21 +143,24 @@ class RankTimer:
     """Measured compute of one rank's training step (forward, backward, AdamW on its shard) with the
     communication taken out (:class:`CountingComm`). ``sample`` loads the model's current weights and
     times ``repeats`` steps; ``compute_s`` is the best over every sample, so samples spread over a
-    run make one busy moment of a shared machine count less. ``log`` is one step's all-reduces."""
+    run make one busy moment of a shared machine count less. ``log`` is one step's all-reduces.
+    The rank runs on the model's device (``sample``'s batches there too); a step is timed on the wall
+    clock to the device's sync."""
 
     def __init__(self, model: GPT, tp: int, threads: int = 1):
-        self.model, self.tp = model, tp
-        self.rank = TPRank(model.cfg.to_dict(), 0, tp, comm=CountingComm(0, tp), threads=threads)
+        self.model, self.tp, self.device = model, tp, str(device_of(model))
+        self.rank = TPRank(model.cfg.to_dict(), 0, tp, comm=CountingComm(0, tp), threads=threads, device=self.device)
         self.opt = torch.optim.AdamW(self.rank.model.parameters(), lr=1e-9)
         self.compute_s, self.last = float("inf"), None
 
     def sample(self, x, y, repeats: int = 1) -> float:
         self.rank.load(shard_state(self.model.state_dict(), self.model.cfg, 0, self.tp))
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            self.last = self.rank.step(x, y)
-            self.opt.step()
-            self.compute_s = min(self.compute_s, time.perf_counter() - t0)
+            with timed(devices.clock(self.device, "wall")) as t:
+                self.last = self.rank.step(x, y)
+                self.opt.step()
+                devices.synchronize(self.device)
+            self.compute_s = min(self.compute_s, t.s)
         return self.compute_s
 
     def result(self) -> dict:

@@ -4,6 +4,10 @@ measures one rank's compute with the communication taken out, charges every all-
 issues to the shared Link (comm-bound and datacenter presets), and after training runs one step on
 ``tp`` Ray actors over gloo against the single-process model (forward, backward, counts, bytes).
 
+Training, the rank's measured compute and the timed steps run on ``ctx.device`` (cpu by default; on
+cuda each timed step is wall time to the device's sync); the actor check runs on cpu (the node actors
+hold no GPU) against a cpu copy of the trained model.
+
 With ``timed_against`` (a block kind), the step is also timed against that block's in one process
 (components.core.timing: interleaved rounds, a noise floor from the reference timed against
 itself), and the simulated step ratios on every link carry that floor (``step_ratio*`` and their
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from components.core import devices
 from components.core.errors import require
 from components.core.memory import PeakRSS
 from components.core.netsim import Link
@@ -90,14 +95,14 @@ class TPParams(GPTTrainKnobs):
                 "at least 5 interleaved rounds")
 
 
-@technique("tensor_parallel", family="training", params=TPParams, inputs=("corpus",),
+@technique("tensor_parallel", family="training", params=TPParams, inputs=("corpus",), devices=("cpu", "cuda"),
            summary="Megatron TP-2 of the shared GPT with pre-LN, parallel (GPT-J), FAL or FAL+ blocks: every "
                    "all-reduce counted and charged to 1 Gbps and 100 Gbps links, TP ranks as Ray actors over "
                    "gloo checked equal to the single-process model.")
 def run_tensor_parallel(p: TPParams, ctx) -> Result:
-    corpus = ctx.input("corpus")
+    corpus, dev = ctx.input("corpus"), ctx.device
     cfg = p.gpt(corpus.vocab_size)
-    x, y = sample_batch(corpus.train, p.batch, p.context, np.random.default_rng(ctx.seed + 999))
+    x, y = (t.to(dev) for t in sample_batch(corpus.train, p.batch, p.context, np.random.default_rng(ctx.seed + 999)))
     timer: list[RankTimer] = []
 
     def time_rank(model):
@@ -109,7 +114,7 @@ def run_tensor_parallel(p: TPParams, ctx) -> Result:
     with PeakRSS() as mem:
         out = train(cfg, corpus, ctx.seed, p.steps, p.batch, p.lr, p.warmup, p.final_lr_frac, p.weight_decay,
                     p.eval_every, p.eval_batches, p.final_eval_batches, p.threads, progress=ctx.progress,
-                    on_eval=time_rank)
+                    on_eval=time_rank, device=dev)
         model = out["model"]
         rank = timer[0].result()
         xc, yc = sample_batch(corpus.val, p.check_batch, p.context, np.random.default_rng(ctx.seed + 777))
@@ -147,7 +152,7 @@ def run_tensor_parallel(p: TPParams, ctx) -> Result:
         m[f"sim_step_s_{n}"], m[f"comm_share_{n}"] = sw["sim_step_s"], sw["comm_s"] / sw["sim_step_s"]
     timing_info = {}
     if p.timed_against:
-        timed, timing_info = _step_against(p, corpus.vocab_size, timer[0], x, y, links, ctx.seed)
+        timed, timing_info = _step_against(p, corpus.vocab_size, timer[0], x, y, links, ctx.seed, dev)
         m.update(timed)
     series = {"val_loss": (out["steps"], out["val_loss"]),
               "val_loss_vs_sim_s": ([s * cb["sim_step_s"] for s in out["steps"]], out["val_loss"],
@@ -164,8 +169,9 @@ def run_tensor_parallel(p: TPParams, ctx) -> Result:
 
 
 def _step_against(p: TPParams, vocab_size: int, own: RankTimer, x, y, links: dict[str, Link],
-                  seed: int) -> tuple[dict, dict]:
-    """This block's rank step against ``p.timed_against``'s, interleaved in this process.
+                  seed: int, device: str = "cpu") -> tuple[dict, dict]:
+    """This block's rank step against ``p.timed_against``'s, interleaved in this process on ``device``
+    (``own``'s model, ``x`` and ``y`` there; on cuda the wall clock, each step ending with the sync).
 
     Both steps (forward, backward, AdamW on one rank's shard, communication taken out) run on the
     same batch; the reference model is a fresh one of the same size (its compute does not depend on
@@ -174,17 +180,19 @@ def _step_against(p: TPParams, vocab_size: int, own: RankTimer, x, y, links: dic
     ``_noise`` is how far the figure moves when ``r`` moves by the noise floor ``h`` (either way)."""
     with torch.random.fork_rng():
         torch.manual_seed(seed + 4241)
-        ref = RankTimer(GPT(dataclasses.replace(p, block=p.timed_against).gpt(vocab_size)), p.tp, p.threads)
+        ref = RankTimer(GPT(dataclasses.replace(p, block=p.timed_against).gpt(vocab_size)).to(device), p.tp, p.threads)
     ref.sample(x, y, 1)
 
     def step(t: RankTimer):
         def run():
             t.last = t.rank.step(x, y)
             t.opt.step()
+            devices.synchronize(device)
         return run
 
-    t = interleave({"self": step(own), "ref": step(ref)}, "ref", clock="thread" if p.threads == 1 else "wall",
-                   seed=[seed, 4241], max_rounds=p.timing_rounds)
+    t = interleave({"self": step(own), "ref": step(ref)}, "ref",
+                   clock=devices.clock(device, "thread" if p.threads == 1 else "wall"), seed=[seed, 4241],
+                   max_rounds=p.timing_rounds)
     out = t.metrics("compute_ratio", "self")    # compute_ratio and its _noise, _lo, _hi, _rounds, _thread_clock
     r, h, c_ref = out["compute_ratio"], t.noise, t.median("ref")
     sizes_own, sizes_ref = own.result()["sizes"], ref.result()["sizes"]
