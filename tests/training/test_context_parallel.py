@@ -28,13 +28,15 @@ def _tiny(kv="dense", codec="fp32", r=0, M=1, P=4, seed=0):
     return build_model(50, 1, 2, 16, 32, RingSpec(chunks=P, kv=kv, codec=codec, r=r, M=M, seed=seed))
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "block_by_block"])
 @pytest.mark.parametrize("P", [2, 4, 8])
-def test_uncompressed_ring_equals_full_attention_forward_and_backward(P):
+def test_uncompressed_ring_equals_full_attention_forward_and_backward(P, fused):
     # Prepare: random q, k, v and an upstream gradient
     q, k, v = _qkv()
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
-    # Execute: the ring over P chunks and full causal attention in one call
-    ring = ring_attention(q, k, v, P)
+    # Execute: the ring over P chunks (each rank's softmax fused, or merged block by block as the rank
+    # actors do) and full causal attention in one call
+    ring = ring_attention(q, k, v, P, fused=fused)
     g_ring = torch.autograd.grad(ring, (q, k, v), dout)
     full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     g_full = torch.autograd.grad(full, (q, k, v), dout)
@@ -59,6 +61,34 @@ def test_compression_is_visible_and_a_subspace_model_travels_exactly():
     assert errs["int8"] > 1e-5 and errs["randproj"] > 1e-3, errs
     assert errs["mix_fp32"] < 1e-5, errs
     assert 1e-6 < errs["mix_bf16"] < errs["randproj"], errs
+
+
+@pytest.mark.parametrize("kw", [dict(codec="int8"), dict(kv="randproj", codec="bf16", r=2),
+                                dict(kv="subspace", codec="bf16", r=1, M=4), dict(kv="subspace", codec="fp32", r=2, M=4)],
+                         ids=["int8", "randproj", "mix_r1", "mix_r2"])
+def test_fused_rank_attention_equals_the_block_by_block_merge_on_every_wire(kw):
+    # Prepare: a tiny model's first layer, its wire variables as leaves, one upstream gradient
+    from components.training.context_parallel.ring import make_expand
+    from components.training.context_parallel.wire import make_codec
+
+    t = layer0_inputs(_tiny(**kw), torch.randint(0, 50, (2, 32), generator=torch.Generator().manual_seed(3)))
+    dout = torch.randn(t["q"].shape, generator=torch.Generator().manual_seed(4))
+    spec, T = t["spec"], t["q"].shape[2]
+
+    def run(fused):
+        leaves = [t[n].clone().requires_grad_(True) for n in ("q", "k", "v", "wk", "wv")]
+        sink: list = []
+        out = ring_attention(*leaves[:3], spec.chunks, *leaves[3:],
+                             make_expand(spec.kv, t["basis_k"], t["basis_v"], t["idx"], T // spec.chunks),
+                             make_codec(spec.codec, spec.bucket), sink, fused=fused)
+        return out, torch.autograd.grad(out, leaves, dout, allow_unused=True), sink
+
+    # Execute: the training ring's fused softmax and the actors' block-by-block merge
+    (o1, g1, s1), (o2, g2, s2) = run(True), run(False)
+    # Assert: the same output and gradients (fp32 rounding) and the same payloads on every hop
+    assert float((o1 - o2).detach().abs().max()) < 1e-5
+    assert max(float((a - b).abs().max()) for a, b in zip(g1, g2) if a is not None) < 1e-5
+    assert s1 == s2
 
 
 def test_bases_are_orthonormal():

@@ -2,7 +2,8 @@
 
 Forward: every rank encodes its own block; at hop s rank i receives (the ref rank i-1 returned at
 hop s-1), decodes, keeps the decoded block as a leaf and returns the same bytes for rank i+1
-(causal: block j stops at rank P-1). Ranks merge blocks in arrival order (:func:`rank_attention`).
+(causal: block j stops at rank P-1). Each rank attends over its own block and the received ones, in
+arrival order, in one fused call (:func:`ring.rank_attention_fused`, as the training ring).
 Backward: ``dO`` per rank; the dK/dV accumulator of block j starts at rank P-1 and moves down the
 ring to j, each rank adding its partial and re-encoding (the math of :class:`ring.HopChain`).
 The driver only passes refs along; bytes are counted by the actors on what they received.
@@ -18,7 +19,7 @@ import time
 import torch
 
 from components.core.raytools import failure_reason
-from components.training.context_parallel.ring import expand_block, rank_attention
+from components.training.context_parallel.ring import expand_block, rank_attention_fused
 from components.training.context_parallel.wire import decode_index, encode_index, make_codec
 
 
@@ -70,7 +71,7 @@ class RingRank:
         for j in sorted(self.received, reverse=True):               # arrival order: i-1, ..., 0
             r = self.received[j]
             blocks.append(tuple(expand_block(self.kv, self.basis[n], r["idx"], r["w"][n]) for n in ("k", "v")))
-        self.out = rank_attention(self.q, self.k, self.v, blocks)
+        self.out = rank_attention_fused(self.q, self.k, self.v, blocks)
         return self.out.detach()
 
     def backward(self, dout: torch.Tensor) -> int:

@@ -4,7 +4,11 @@ the ``cp_ring`` GPT block that uses it.
 Rank i holds chunk i (queries, its own K/V). Block j's wire variable leaves rank j and is
 forwarded hop by hop to ranks j+1..P-1 (causal: earlier chunks only); every receiver decodes the
 same payload. Rank i merges its own (diagonal, causally masked) block first, then the blocks in
-arrival order i-1, ..., 0, carrying (running max, sum, output) in fp32. Backward: receivers keep
+arrival order i-1, ..., 0, carrying (running max, sum, output) in fp32 (:func:`rank_attention`). The
+training ring and the rank actors give that softmax over the same blocks to one fused attention call
+(:func:`rank_attention_fused`, flash attention on cpu, which tiles the keys the same online way): the
+same result up to fp32 rounding (tests/training/test_context_parallel.py holds the two within 1e-5), without
+eager passes over every 64x64 score tile, which had made the ring most of a training step. Backward: receivers keep
 the blocks they decoded, so only the gradient accumulator of block j travels back, from rank
 P-1 down to j, each rank adding its partial and re-encoding it (:class:`HopChain`); the owner
 backpropagates the decoded sum. The actor ring (:mod:`.actors`) runs exactly these steps.
@@ -109,12 +113,26 @@ def rank_attention(q, k_own, v_own, received):
     return acc[0] / acc[2]
 
 
+def rank_attention_fused(q, k_own, v_own, received):
+    """:func:`rank_attention` in one fused call: rank i's queries over the received blocks and its own
+    (causal on the diagonal block), by ``F.scaled_dot_product_attention``. Each received block is its own
+    tensor (the receiver's decoded copy), so the gradients still reach every hop of :class:`HopChain`."""
+    if not received:
+        return F.scaled_dot_product_attention(q, k_own, v_own, is_causal=True)
+    keys = torch.cat([k for k, _ in received] + [k_own], dim=2)
+    values = torch.cat([v for _, v in received] + [v_own], dim=2)
+    Tq, Tk = q.shape[2], keys.shape[2]
+    mask = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - Tq)   # all received, own causal
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+
+
 def ring_attention(q, k, v, chunks: int, wire_k=None, wire_v=None, expand=None, codec: Codec | None = None,
-                   sink: list | None = None) -> torch.Tensor:
+                   sink: list | None = None, fused: bool = True) -> torch.Tensor:
     """Causal attention of (B, H, T, d_h) tensors as a ring over ``chunks`` ranks.
 
     ``wire_k/wire_v`` (default: k, v) are what each block sends, ``expand(w, j, which)`` rebuilds
-    the receiver's K or V of block j from the decoded wire variable (default: identity).
+    the receiver's K or V of block j from the decoded wire variable (default: identity). ``fused``: each
+    rank's attention by :func:`rank_attention_fused`, else merged block by block (:func:`rank_attention`).
     """
     T = q.shape[2]
     qs, ks, vs = (t.split(T // chunks, dim=2) for t in (q, k, v))
@@ -131,7 +149,8 @@ def ring_attention(q, k, v, chunks: int, wire_k=None, wire_v=None, expand=None, 
         dv = HopChain.apply(wv[j], n, codec, sink)
         for s in range(n):
             inbox[j + 1 + s].append((j, expand(dk[s], j, "k"), expand(dv[s], j, "v")))
-    outs = [rank_attention(qs[i], ks[i], vs[i], [(kk, vv) for _, kk, vv in sorted(inbox[i], key=lambda e: -e[0])])
+    attend = rank_attention_fused if fused else rank_attention
+    outs = [attend(qs[i], ks[i], vs[i], [(kk, vv) for _, kk, vv in sorted(inbox[i], key=lambda e: -e[0])])
             for i in range(chunks)]
     return torch.cat(outs, dim=2)
 
@@ -144,7 +163,9 @@ def expand_block(kv: str, basis, idx_block, w: torch.Tensor) -> torch.Tensor:
     if kv == "randproj":
         return w @ basis.transpose(-1, -2).unsqueeze(0)
     hsel = torch.arange(basis.shape[0], device=basis.device).view(1, -1, 1)
-    return (basis[hsel, idx_block] @ w.unsqueeze(-1)).squeeze(-1)                   # (B, H, Tc, d_h)
+    picked = basis[hsel, idx_block]                                                   # (B, H, Tc, d_h, r): U_m(t)
+    # U_m(t) w_t elementwise over r (small: 1 or 2 here) rather than B*H*Tc matrix products of width r
+    return (picked * w.unsqueeze(-2)).sum(-1)                                         # (B, H, Tc, d_h)
 
 
 def make_expand(kv: str, basis_k, basis_v, idx, chunk: int):
