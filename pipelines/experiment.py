@@ -125,7 +125,7 @@ class ExperimentSpec:
     reach: list[Reach] = field(default_factory=list)
     claim_kinds: dict[str, str] = field(default_factory=dict)   # claim name -> one of CLAIM_KINDS
     device: str = "auto"               # auto | cpu | cuda (components.core.devices)
-    num_gpus: float = 0.0              # GPUs per Ray task, node actor and Ray Train worker
+    num_gpus: float = 0.0              # GPUs per Ray task and Ray Train worker (node actors hold none: README "On GPUs")
     flavour: str = "full"              # full | debug | paper: which block was applied (FLAVOURS)
 
     @property

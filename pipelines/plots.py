@@ -17,12 +17,24 @@ ROLE_MARKER = {"technique": "o", "baseline": "s", "control": "^"}
 TITLE_CHARS = 68   # a title line that fits the 7-inch figure at 12 pt; longer titles wrap instead of running off
 
 
+MINOR_TICK_DECADES = 8   # a log axis spanning more decades draws no minor ticks (matplotlib's own default)
+
+
 def readable_log_axis(ax, which: str = "x") -> None:
     """:func:`components.core.plotting.readable_log_axis`, with the minor ticks' labels (empty: never
-    labelled) switched off rather than laid out: matplotlib measures every visible label, and an axis
-    over 30 decades has 240 minor ticks (three quarters of a report's drawing time, the same picture)."""
+    labelled) switched off rather than laid out: matplotlib measures every visible label. Over more than
+    :data:`MINOR_TICK_DECADES` decades the minor ticks go too: error_feedback's 30 decades made 240 of
+    them, each a tick object that tight_layout and savefig lay out (0.4 s of a plot's 0.6 s here), for a
+    band of marks the grid already shows."""
+    import math
+
+    from matplotlib import ticker
+
     _readable_log_axis(ax, which)
     ax.tick_params(axis=which, which="minor", labelbottom=False, labeltop=False, labelleft=False, labelright=False)
+    lo, hi = sorted(ax.get_xlim() if which == "x" else ax.get_ylim())
+    if lo > 0 and math.log10(hi / lo) > MINOR_TICK_DECADES:
+        (ax.xaxis if which == "x" else ax.yaxis).set_minor_locator(ticker.NullLocator())
 
 
 def set_title(ax, text: str, **kw) -> None:
