@@ -64,8 +64,9 @@ def test_compression_is_visible_and_a_subspace_model_travels_exactly():
 
 
 @pytest.mark.parametrize("kw", [dict(codec="int8"), dict(kv="randproj", codec="bf16", r=2),
-                                dict(kv="subspace", codec="bf16", r=1, M=4), dict(kv="subspace", codec="fp32", r=2, M=4)],
-                         ids=["int8", "randproj", "mix_r1", "mix_r2"])
+                                dict(kv="subspace", codec="bf16", r=1, M=4), dict(kv="randproj", codec="fp32", r=2),
+                                dict(kv="subspace", codec="fp32", r=1, M=4), dict(kv="subspace", codec="fp32", r=2, M=4)],
+                         ids=["int8", "randproj_bf16", "mix_r1_bf16", "randproj_fp32", "mix_r1_fp32", "mix_r2_fp32"])
 def test_fused_rank_attention_equals_the_block_by_block_merge_on_every_wire(kw):
     # Prepare: a tiny model's first layer, its wire variables as leaves, one upstream gradient
     from components.training.context_parallel.ring import make_expand
@@ -85,9 +86,11 @@ def test_fused_rank_attention_equals_the_block_by_block_merge_on_every_wire(kw):
 
     # Execute: the training ring's fused softmax and the actors' block-by-block merge
     (o1, g1, s1), (o2, g2, s2) = run(True), run(False)
-    # Assert: the same output and gradients (fp32 rounding) and the same payloads on every hop
+    # Assert: the same output (fp32 rounding) and payloads on every hop; the same gradients where the wire is
+    # exact (a lossy codec re-encodes the travelling gradient, so a rounding difference can flip one step)
     assert float((o1 - o2).detach().abs().max()) < 1e-5
-    assert max(float((a - b).abs().max()) for a, b in zip(g1, g2) if a is not None) < 1e-5
+    if spec.codec == "fp32":
+        assert max(float((a - b).abs().max()) for a, b in zip(g1, g2) if a is not None) < 1e-5
     assert s1 == s2
 
 
@@ -184,7 +187,9 @@ def test_debug_experiment_end_to_end(run_experiment, mlflow_client):
     assert math.isfinite(fp["sim_time_to_target_s"]) and fp["sim_time_to_target_s_dc"] < fp["sim_time_to_target_s"]
     assert mix["kv_bytes_per_hop"] < 0.05 * fp["kv_bytes_per_hop"] and mix["idx_bytes_per_hop"] > 0
     for o in runs.values():
-        assert o.result.metrics["actor_bytes_match"] == 1.0 and o.result.metrics["actor_vs_vec_err"] < 1e-5
+        # the actors and the training ring make the same calls on the same layouts: equal bit for bit (a
+        # lossy codec would turn any rounding difference in a gradient into a whole quantisation step)
+        assert o.result.metrics["actor_bytes_match"] == 1.0 and o.result.metrics["actor_vs_vec_err"] == 0.0
         assert "val_loss_vs_sim_s" in o.result.series and o.result.metrics["peak_rss_mb"] > 0
     judged = {c.name: c for c in out.claims}
     assert judged["ring_exact"].holds and not judged["mixture_cuts_kv_bytes"].error

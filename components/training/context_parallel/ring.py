@@ -116,14 +116,15 @@ def rank_attention(q, k_own, v_own, received):
 def rank_attention_fused(q, k_own, v_own, received):
     """:func:`rank_attention` in one fused call: rank i's queries over the received blocks and its own
     (causal on the diagonal block), by ``F.scaled_dot_product_attention``. Each received block is its own
-    tensor (the receiver's decoded copy), so the gradients still reach every hop of :class:`HopChain`."""
-    if not received:
-        return F.scaled_dot_product_attention(q, k_own, v_own, is_causal=True)
-    keys = torch.cat([k for k, _ in received] + [k_own], dim=2)
+    tensor (the receiver's decoded copy), so the gradients still reach every hop of :class:`HopChain`.
+    Every operand is contiguous, whatever the caller holds (the training ring's views of the whole
+    sequence, an actor's own chunk): the kernel's rounding depends on the layout, and the actor check
+    compares the two paths bit for bit."""
+    keys = torch.cat([k for k, _ in received] + [k_own], dim=2)         # a contiguous copy, even of one block
     values = torch.cat([v for _, v in received] + [v_own], dim=2)
     Tq, Tk = q.shape[2], keys.shape[2]
     mask = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(diagonal=Tk - Tq)   # all received, own causal
-    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+    return F.scaled_dot_product_attention(q.contiguous(), keys, values, attn_mask=mask)
 
 
 def ring_attention(q, k, v, chunks: int, wire_k=None, wire_v=None, expand=None, codec: Codec | None = None,
